@@ -1,0 +1,54 @@
+# Single entry point. Every target installs what it needs first, so a fresh clone works.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: all install system-deps demo up test test-fast test-slow lint bench clean
+
+all: test
+
+# Debian packages the tests use for real: redis-server, prometheus, bubblewrap (sandbox), g++.
+system-deps:
+	@./scripts/system-deps.sh
+
+$(STAMP): pyproject.toml trainer_client/pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]' -e ./trainer_client
+	@touch $(STAMP)
+
+install: system-deps $(STAMP)
+
+demo: install
+	$(VENV)/bin/distrs demo
+
+up: install
+	$(VENV)/bin/distrs up --insecure
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check distrs trainer_client tests benchmarks
+	$(VENV)/bin/ruff format --check distrs trainer_client tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix distrs trainer_client tests benchmarks
+	$(VENV)/bin/ruff format distrs trainer_client tests benchmarks
+
+bench: install
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,219 @@
+"""The ``distrs`` command line: one entry point for every process and tool.
+
+Process commands (``up``, ``proxy``, ``worker``, ``planner``) build typed settings once (flags over
+``DISTRS_*`` environment variables) and pass them down; tool groups (``bench``, ``trace``,
+``placement``) live in ``distrs.commands``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="DistRS: elastic reward service for RLVR.")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+LogLevel = Annotated[str, typer.Option("--log-level", help="debug | info | warning | error")]
+
+
+@app.command()
+def up(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 = any free port).")] = 8000,
+    redis: Annotated[
+        str | None, typer.Option("--redis", help="Redis URL; default: in-process memory store.")
+    ] = None,
+    insecure: Annotated[bool, typer.Option(help="No tokens needed (local demos only).")] = False,
+    config: Annotated[
+        str | None, typer.Option("--config", help="Pipeline YAML (stages, reward types).")
+    ] = None,
+    policy: Annotated[str, typer.Option(help="Scaling policy: distrs | history | static.")] = "distrs",
+    max_workers: Annotated[int, typer.Option(help="Most local workers per stage.")] = 8,
+    log_level: LogLevel = "info",
+) -> None:
+    """Run proxy, planner and local workers on this machine; Ctrl-C drains and stops."""
+    from distrs.local_service import run_up
+
+    _setup_logging(log_level)
+    run_up(
+        host=host,
+        port=port,
+        redis_url=redis,
+        insecure=insecure,
+        pipelines_file=config,
+        policy=policy,
+        max_workers=max_workers,
+    )
+
+
+@app.command()
+def proxy(
+    host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
+    redis: Annotated[
+        str | None, typer.Option("--redis", help="Redis URL (default: DISTRS_REDIS_URL).")
+    ] = None,
+    insecure: Annotated[bool, typer.Option(help="No tokens needed (local demos only).")] = False,
+    config: Annotated[str | None, typer.Option("--config", help="Pipeline YAML.")] = None,
+    log_level: LogLevel = "info",
+) -> None:
+    """Run the HTTP proxy alone (production: several replicas over one Redis)."""
+    import uvicorn
+
+    from distrs.config import ProxySettings
+    from distrs.proxy.app import create_app
+
+    _setup_logging(log_level)
+    overrides = {
+        k: v for k, v in dict(host=host, port=port, redis_url=redis, pipelines_file=config).items() if v
+    }
+    if insecure:
+        overrides["insecure"] = True
+    settings = ProxySettings(**overrides)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+
+
+@app.command()
+def worker(
+    stage: Annotated[str | None, typer.Option(help="Stage to serve.")] = None,
+    proxy: Annotated[str | None, typer.Option("--proxy", help="Proxy URL.")] = None,
+    reward_types: Annotated[str | None, typer.Option(help="Comma-separated reward types to serve.")] = None,
+    health_port: Annotated[int | None, typer.Option(help="Serve /healthz and /readyz on this port.")] = None,
+    once: Annotated[bool, typer.Option(help="Handle at most one lease, then exit.")] = False,
+    log_level: LogLevel = "info",
+) -> None:
+    """Run one stage worker: pull leases, run the handler, report; SIGTERM drains."""
+    from distrs.config import WorkerSettings
+    from distrs.core.pipeline_config import load_pipelines
+    from distrs.worker.health import serve_health
+    from distrs.worker.loop import Worker
+    from distrs.worker.proxy_client import HttpProxyClient
+
+    _setup_logging(log_level)
+    overrides = {
+        k: v
+        for k, v in dict(
+            stage=stage, proxy_url=proxy, reward_types=reward_types, health_port=health_port
+        ).items()
+        if v is not None
+    }
+    s = WorkerSettings(**overrides)
+    types = [t.strip() for t in s.reward_types.split(",")] if s.reward_types else None
+    w = Worker(
+        s.stage,
+        HttpProxyClient(s.proxy_url, s.token),
+        load_pipelines(s.pipelines_file),
+        worker_id=s.worker_id,
+        reward_types=types,
+        wait_s=min(s.wait_s, 5.0),
+        heartbeat_s=s.heartbeat_s,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: w.request_drain())
+    signal.signal(signal.SIGINT, lambda *_: w.request_drain())
+    if s.health_port is not None:
+        serve_health(s.health_port, w.readiness)
+    if once:
+        w.run_once()
+        return
+    w.run()
+
+
+@app.command()
+def planner(
+    redis: Annotated[
+        str | None, typer.Option("--redis", help="Redis URL (default: DISTRS_REDIS_URL).")
+    ] = None,
+    policy: Annotated[str | None, typer.Option(help="distrs | history | static")] = None,
+    actuator: Annotated[str | None, typer.Option(help="local | kubernetes")] = None,
+    proxy: Annotated[str | None, typer.Option("--proxy", help="Proxy URL for local workers.")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="Pipeline YAML.")] = None,
+    log_level: LogLevel = "info",
+) -> None:
+    """Run the scaling planner against a shared Redis store."""
+    from distrs.planner.process import run_planner
+
+    _setup_logging(log_level)
+    run_planner(redis_url=redis, policy=policy, actuator=actuator, proxy_url=proxy, pipelines_file=config)
+
+
+@app.command()
+def replay(
+    trace: Annotated[
+        str | None, typer.Option(help="distrs-trace/1 file (.csv.gz); default: the shipped demo slice.")
+    ] = None,
+    url: Annotated[str, typer.Option(help="Service URL.")] = "http://127.0.0.1:8000",
+    speedup: Annotated[float, typer.Option(help="Divide every trace time and duration by this.")] = 20.0,
+    token: Annotated[str | None, typer.Option(help="Trainer token.", envvar="DISTRS_TOKEN")] = None,
+    tasks: Annotated[int | None, typer.Option(help="Replay only the first N tasks.")] = None,
+    iterations: Annotated[
+        int | None, typer.Option(help="Replay only the first N iterations per task.")
+    ] = None,
+    batch: Annotated[int | None, typer.Option(help="Keep only the first N requests of each batch.")] = None,
+    json_out: Annotated[str | None, typer.Option("--json", help="Write the per-batch report here.")] = None,
+) -> None:
+    """Drive a running service as trainers would, from a trace; print extra delay and worker-seconds."""
+    from distrs.replay.run import replay_main
+
+    replay_main(
+        trace=trace,
+        url=url,
+        speedup=speedup,
+        token=token,
+        tasks=tasks,
+        iterations=iterations,
+        batch=batch,
+        json_out=json_out,
+    )
+
+
+@app.command()
+def demo(
+    speedup: Annotated[float, typer.Option(help="Time compression of the shipped trace slice.")] = 20.0,
+    max_workers: Annotated[int, typer.Option(help="Most local workers per stage.")] = 6,
+) -> None:
+    """Bring the embedded service up, replay a short multi-tenant slice, print the table, stop."""
+    from distrs.local_service import run_demo
+
+    _setup_logging("warning")
+    sys.exit(run_demo(speedup=speedup, max_workers=max_workers))
+
+
+def _mount(name: str, module: str, help_text: str) -> None:
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:  # a tool group whose optional parts are missing must not break the CLI
+        if os.environ.get("DISTRS_DEBUG_CLI"):
+            raise
+        logging.getLogger(__name__).debug("command group %s unavailable: %s", name, exc)
+        return
+    app.add_typer(mod.app, name=name, help=help_text)
+
+
+_mount("bench", "distrs.commands.bench", "Benchmarks: scaling, ebf, planner-runtime.")
+_mount("trace", "distrs.commands.trace", "Workload traces: generate.")
+_mount("placement", "distrs.commands.placement", "Trainer placement: plan, render.")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

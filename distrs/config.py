@@ -1,0 +1,76 @@
+"""Typed settings for each process, read once at start-up and passed down.
+
+Every field can be set from the environment with the ``DISTRS_`` prefix (e.g.
+``DISTRS_REDIS_URL``); nested names are not used, so the list below *is* the env-var registry
+(docs/configuration.md is generated from it by ``distrs config docs``).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from distrs.core.priority import QueuePolicy
+
+
+class _Base(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DISTRS_", extra="ignore")
+
+
+class StoreSettings(_Base):
+    redis_url: str | None = Field(None, description="Redis URL; unset means the in-process memory store.")
+    history_batches: int = Field(8, ge=1, description="Finished batches kept per task as history (K).")
+    queue_policy: QueuePolicy = Field(QueuePolicy.EBF, description="Queue order: ebf or fcfs.")
+    default_batch_span_s: float = Field(
+        600.0, gt=0, description="Assumed batch span T for a task with no history (EBF priority)."
+    )
+    result_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="How long finished batches are kept.")
+
+
+class ProxySettings(StoreSettings):
+    host: str = Field("127.0.0.1", description="Address the proxy listens on.")
+    port: int = Field(8000, ge=0, le=65535, description="Port the proxy listens on (0 = any free port).")
+    insecure: bool = Field(False, description="Accept requests without a token (local demos only).")
+    tokens_file: str | None = Field(
+        None, description="YAML/JSON file of tokens: [{token, role: trainer|worker|admin, tenant?}]."
+    )
+    tokens: str | None = Field(
+        None, description="Inline tokens 'TOKEN:ROLE[:TENANT],...' (for env-based secrets)."
+    )
+    pipelines_file: str | None = Field(None, description="YAML overriding the built-in stages/types.")
+    lease_ttl_s: float = Field(30.0, gt=0, description="Lease lifetime without a heartbeat.")
+    max_attempts: int = Field(3, ge=1, description="Leases per request before it ends internal_error.")
+    max_payload_bytes: int = Field(1 << 20, ge=1024, description="Largest accepted request payload.")
+    max_body_bytes: int = Field(64 << 20, ge=1024, description="Largest accepted HTTP body.")
+    max_artifact_bytes: int = Field(16 << 20, ge=1024, description="Largest artifact set per lease.")
+    max_bulk: int = Field(4096, ge=1, description="Most requests in one bulk submit.")
+    max_wait_s: float = Field(60.0, gt=0, description="Longest long-poll a client may ask for.")
+    reaper_interval_s: float = Field(1.0, gt=0, description="How often expired leases are requeued.")
+
+
+class WorkerSettings(_Base):
+    proxy_url: str = Field("http://127.0.0.1:8000", description="Proxy the worker pulls from.")
+    stage: str = Field("compile", description="Stage this worker serves.")
+    token: str | None = Field(None, description="Bearer token with role worker.")
+    worker_id: str | None = Field(None, description="Stable id; defaults to hostname-pid.")
+    wait_s: float = Field(20.0, gt=0, description="Long-poll time per lease request.")
+    heartbeat_s: float = Field(5.0, gt=0, description="Heartbeat period while running a lease.")
+    reward_types: str | None = Field(
+        None, description="Comma-separated reward types to serve (default: every type using the stage)."
+    )
+    health_port: int | None = Field(None, ge=0, le=65535, description="Port for /healthz and /readyz probes.")
+    pipelines_file: str | None = Field(None, description="YAML overriding the built-in stages/types.")
+
+
+class PlannerSettings(StoreSettings):
+    proxy_url: str | None = Field(None, description="Proxy to read state from when not sharing a store.")
+    policy: str = Field("distrs", description="Scaling policy: distrs | history | static.")
+    max_extra_delay_s: float = Field(1.0, ge=0, description="D: tolerated extra delay per batch.")
+    static_replicas: int = Field(2, ge=0, description="Replicas per stage for the static policy.")
+    max_replicas: int = Field(64, ge=1, description="Upper bound per stage.")
+    min_replicas: int = Field(0, ge=0, description="Lower bound per stage.")
+    interval_s: float = Field(5.0, gt=0, description="Re-plan period even without events.")
+    actuator: str = Field("local", description="local | kubernetes")
+    namespace: str = Field("default", description="Kubernetes namespace of the worker Deployments.")
+    deployment_prefix: str = Field("distrs-worker-", description="Worker Deployment name = prefix+stage.")
+    metrics_port: int = Field(9101, ge=0, le=65535, description="Port of the planner's /metrics.")

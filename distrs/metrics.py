@@ -1,0 +1,101 @@
+"""Every Prometheus metric of the service, in one place.
+
+``Metrics`` builds its collectors in a registry it is given (no import-time globals), so tests
+and several apps in one process never collide. Names follow Prometheus conventions: base units
+(seconds), ``_total`` for counters. The Grafana dashboard (deploy/helm/distrs/dashboards) queries
+exactly these names.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+STAGE_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 90, 120, 180, 300)
+DELAY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+DECISION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
+
+
+class Metrics:
+    """The collectors. Proxy and planner each build one over their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.queue_depth = Gauge(
+            "distrs_queue_depth", "Requests waiting per stage and task", ["stage", "task"], registry=r
+        )
+        self.leases_in_flight = Gauge(
+            "distrs_leases_in_flight", "Leases held by workers per stage", ["stage"], registry=r
+        )
+        self.replicas_desired = Gauge(
+            "distrs_worker_replicas_desired", "Worker replicas the planner wants", ["stage"], registry=r
+        )
+        self.replicas_ready = Gauge(
+            "distrs_worker_replicas_ready", "Worker replicas ready per the actuator", ["stage"], registry=r
+        )
+        self.stage_run_seconds = Histogram(
+            "distrs_stage_run_seconds",
+            "Time a request ran at a stage",
+            ["stage"],
+            buckets=STAGE_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.stage_queue_seconds = Histogram(
+            "distrs_stage_queue_seconds",
+            "Time a request waited in a stage queue",
+            ["stage"],
+            buckets=STAGE_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.batch_extra_delay = Histogram(
+            "distrs_batch_extra_delay_seconds",
+            "Extra delay d of a completed batch: completion minus earliest possible completion T",
+            ["task"],
+            buckets=DELAY_BUCKETS,
+            registry=r,
+        )
+        self.batch_estimated_span = Gauge(
+            "distrs_batch_estimated_span_seconds",
+            "Estimated T of the task's latest batch, seconds after its anchor",
+            ["task"],
+            registry=r,
+        )
+        self.batch_actual_span = Gauge(
+            "distrs_batch_actual_span_seconds",
+            "Actual completion of the task's latest finished batch, seconds after its anchor",
+            ["task"],
+            registry=r,
+        )
+        self.lease_expiries = Counter(
+            "distrs_lease_expiries_total", "Leases that expired and were requeued", ["stage"], registry=r
+        )
+        self.requests_submitted = Counter(
+            "distrs_requests_submitted_total", "Requests accepted", ["reward_type"], registry=r
+        )
+        self.requests_finished = Counter(
+            "distrs_requests_finished_total",
+            "Requests by final status",
+            ["reward_type", "status"],
+            registry=r,
+        )
+        self.worker_seconds_allocated = Counter(
+            "distrs_worker_seconds_allocated_total",
+            "Worker-seconds allocated (replicas x time) per stage",
+            ["stage"],
+            registry=r,
+        )
+        self.worker_seconds_busy = Counter(
+            "distrs_worker_seconds_busy_total", "Worker-seconds spent running requests", ["stage"], registry=r
+        )
+        self.planner_decision_seconds = Histogram(
+            "distrs_planner_decision_seconds",
+            "Wall time of one scaling decision",
+            buckets=DECISION_BUCKETS,
+            registry=r,
+        )
+        self.planner_decisions = Counter(
+            "distrs_planner_decisions_total", "Scaling decisions made", ["trigger"], registry=r
+        )
+        self.actuator_errors = Counter(
+            "distrs_actuator_errors_total", "Actuator calls that failed", ["stage", "reason"], registry=r
+        )

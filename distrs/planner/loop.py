@@ -1,0 +1,163 @@
+"""The planner process: store events in, scaling decision, replicas out through the actuator.
+
+It re-plans on every batch registration (the rollout-start hint), first arrival and batch
+completion, and at least every ``interval_s``; the pure policy (``distrs.scaling.policies.plan``)
+runs in a thread so the event loop (and an in-process proxy) keeps serving meanwhile. It also
+accounts allocated worker-seconds per stage from the actuator's ready replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from distrs.actuators.base import Actuator
+from distrs.config import PlannerSettings
+from distrs.core.stages import PipelineTable
+from distrs.metrics import Metrics
+from distrs.planner.context import build_context
+from distrs.scaling.context import Decision, PlanContext, PolicyOptions
+from distrs.store.base import QueueStore
+
+log = logging.getLogger(__name__)
+TRIGGERS = {"batch_registered", "first_arrival", "batch_completed"}
+PlanFn = Callable[[PlanContext], Decision]
+
+
+def _default_plan() -> PlanFn:
+    from distrs.scaling.policies import plan
+
+    return plan
+
+
+class Planner:
+    def __init__(
+        self,
+        store: QueueStore,
+        actuator: Actuator,
+        table: PipelineTable,
+        settings: PlannerSettings,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+        plan_fn: PlanFn | None = None,
+        on_plan: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.store, self.actuator, self.table, self.settings = store, actuator, table, settings
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.plan_fn = plan_fn or _default_plan()
+        self.on_plan = on_plan
+        self.known_tasks: set[str] = set()
+        self.last: Decision | None = None
+        self.allocated_s: dict[str, float] = {}
+        self._last_account: float | None = None
+        self._last_event = "0"
+        self._previous: dict[str, int] = {}
+        self._last_trigger, self._last_took = "", 0.0
+
+    def options(self) -> PolicyOptions:
+        return PolicyOptions(
+            static_replicas=self.settings.static_replicas,
+            default_span_s=self.settings.default_batch_span_s,
+            warm_start=dict(self._previous) or None,
+        )
+
+    async def decide(self, trigger: str) -> Decision:
+        now = self.clock()
+        ctx = await build_context(
+            self.store,
+            self.table,
+            now,
+            self.settings.policy,
+            self.settings.max_extra_delay_s,
+            self.settings.max_replicas,
+            self.options(),
+        )
+        self.known_tasks |= {b.task for b in ctx.batches}
+        extra = {t: await self.store.history(t) for t in self.known_tasks - set(ctx.histories)}
+        if extra:
+            ctx = PlanContext(**{**ctx.__dict__, "histories": {**ctx.histories, **extra}})
+        t0 = time.perf_counter()
+        decision = await asyncio.to_thread(self.plan_fn, ctx)
+        took = time.perf_counter() - t0
+        self.metrics.planner_decision_seconds.observe(took)
+        self.metrics.planner_decisions.labels(trigger).inc()
+        for stage in self.table.stages:
+            n = decision.replicas.get(stage, 0)
+            n = max(self.settings.min_replicas, min(self.settings.max_replicas, n))
+            decision.replicas[stage] = n
+            try:
+                await self.actuator.set_replicas(stage, n)
+            except Exception as exc:  # the actuator is expected not to raise; never die for it
+                self.metrics.actuator_errors.labels(stage, type(exc).__name__).inc()
+                log.exception("actuator failed to scale %s to %d", stage, n)
+            self.metrics.replicas_desired.labels(stage).set(n)
+        self._previous = dict(decision.replicas)
+        self.last = decision
+        self._last_trigger, self._last_took = trigger, took
+        if self.on_plan:
+            self.on_plan(self.summary(trigger, took))
+        log.info("plan (%s) in %.3fs: %s", trigger, took, decision.replicas)
+        return decision
+
+    def view(self) -> dict[str, Any] | None:
+        """The latest plan with up-to-date allocated worker-seconds (for /v1/stats)."""
+        if self.last is None:
+            return None
+        return self.summary(self._last_trigger, self._last_took)
+
+    def summary(self, trigger: str, took: float) -> dict[str, Any]:
+        d = self.last
+        return {
+            "at": self.clock(),
+            "trigger": trigger,
+            "policy": self.settings.policy,
+            "decision_s": took,
+            "replicas": dict(d.replicas) if d else {},
+            "estimated_completion": {
+                f"{t}/{b}": v for (t, b), v in (d.estimated_completion if d else {}).items()
+            },
+            "allocated_worker_seconds": dict(self.allocated_s),
+        }
+
+    async def account(self) -> None:
+        """Add ready-replicas × elapsed time to the allocated worker-seconds per stage."""
+        now = self.clock()
+        obs = await self.actuator.observe()
+        if self._last_account is not None:
+            dt = max(0.0, now - self._last_account)
+            for stage, rep in obs.items():
+                self.allocated_s[stage] = self.allocated_s.get(stage, 0.0) + rep.ready * dt
+                self.metrics.worker_seconds_allocated.labels(stage).inc(rep.ready * dt)
+        for stage, rep in obs.items():
+            self.metrics.replicas_ready.labels(stage).set(rep.ready)
+        self._last_account = now
+
+    async def run_once(self, wait_s: float) -> Decision | None:
+        """Wait up to ``wait_s`` for events; re-plan if one is a trigger. Returns the decision."""
+        events = await self.store.events(self._last_event, wait_s)
+        if events:
+            self._last_event = events[-1].id
+        await self.account()
+        triggers = [e.type for e in events if e.type in TRIGGERS]
+        if triggers:
+            return await self.decide(triggers[-1])
+        return None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.decide("start")
+        last = time.monotonic()
+        while not stop.is_set():
+            try:
+                got = await self.run_once(min(1.0, self.settings.interval_s))
+                if got is None and time.monotonic() - last >= self.settings.interval_s:
+                    await self.decide("interval")
+                    last = time.monotonic()
+                elif got is not None:
+                    last = time.monotonic()
+            except Exception:
+                log.exception("planner iteration failed; retrying")
+                await asyncio.sleep(1.0)

@@ -1,0 +1,147 @@
+"""The proxy's FastAPI application factory.
+
+``create_app`` wires settings, store, pipeline table, tokens and metrics into one ``AppState``;
+the lifespan starts the store and a reaper task that requeues expired leases. A small ASGI
+middleware rejects oversize bodies (413) before they are read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI
+
+from distrs.config import ProxySettings
+from distrs.core.pipeline_config import load_pipelines
+from distrs.core.stages import PipelineTable
+from distrs.metrics import Metrics
+from distrs.proxy import errors
+from distrs.proxy.auth import TokenTable
+from distrs.proxy.deps import AppState
+from distrs.proxy.responses import JSONResponse
+from distrs.proxy.routes import ops, trainer, worker
+from distrs.store.base import QueueStore
+
+log = logging.getLogger(__name__)
+
+
+class BodyLimit:
+    """Pure-ASGI guard: 413 when Content-Length (or the streamed body) exceeds the limit."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for k, v in scope.get("headers", []):
+            if k == b"content-length" and v.isdigit() and int(v) > self.limit:
+                await self._reject(send)
+                return
+        seen = 0
+
+        async def limited() -> Any:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return msg
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send: Any) -> None:
+        import orjson
+
+        body = orjson.dumps(
+            errors.error_body(
+                "body_too_large", f"request body exceeds {self.limit} bytes", {"limit": self.limit}
+            )
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _reaper(state: AppState) -> None:
+    while True:
+        await asyncio.sleep(state.settings.reaper_interval_s)
+        try:
+            ids = await state.store.requeue_expired(state.clock(), state.settings.max_attempts)
+            if ids:
+                log.warning("requeued %d expired leases", len(ids))
+        except Exception:
+            log.exception("lease reaper failed; retrying")
+
+
+def create_app(
+    settings: ProxySettings | None = None,
+    store: QueueStore | None = None,
+    table: PipelineTable | None = None,
+    clock: Callable[[], float] = time.time,
+    metrics: Metrics | None = None,
+) -> FastAPI:
+    settings = settings or ProxySettings()
+    if store is None:
+        from distrs.store.factory import create_store
+
+        store = create_store(settings)
+    table = table or load_pipelines(settings.pipelines_file)
+    tokens = TokenTable.load(settings.tokens_file, settings.tokens)
+    if not settings.insecure and len(tokens) == 0:
+        raise ValueError(
+            "no tokens configured: set DISTRS_TOKENS / DISTRS_TOKENS_FILE, or run with --insecure"
+        )
+    state = AppState(
+        settings=settings, store=store, table=table, metrics=metrics or Metrics(), tokens=tokens, clock=clock
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await state.store.start()
+        task = asyncio.create_task(_reaper(state))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await state.store.close()
+
+    app = FastAPI(
+        title="DistRS reward service",
+        version="1",
+        default_response_class=JSONResponse,
+        lifespan=lifespan,
+        description="Request-in, batch-out reward computation with per-stage EBF queues.",
+    )
+    app.state.distrs = state
+    errors.install(app)
+    app.include_router(trainer.router)
+    app.include_router(worker.router)
+    app.include_router(ops.router)
+    with contextlib.suppress(ImportError):
+        from distrs.proxy.routes import compat
+
+        app.include_router(compat.router)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    return app

@@ -1,0 +1,70 @@
+"""Shared application state and FastAPI dependencies (auth, state, clock).
+
+``AppState`` is built once in ``create_app`` and stored on ``app.state.distrs``; routes reach it
+through ``get_state``. The clock is injectable so tests can drive time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Depends, Request
+
+from distrs.config import ProxySettings
+from distrs.core.stages import PipelineTable
+from distrs.metrics import Metrics
+from distrs.proxy.auth import INSECURE, Principal, Role, TokenTable
+from distrs.proxy.errors import ApiError
+from distrs.store.base import QueueStore
+
+
+@dataclass
+class AppState:
+    settings: ProxySettings
+    store: QueueStore
+    table: PipelineTable
+    metrics: Metrics
+    tokens: TokenTable
+    clock: Callable[[], float] = time.time
+    # worker_id -> (stage, last seen) for /v1/stats
+    workers: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # Set by an in-process planner (``distrs up``): returns its latest plan for /v1/stats.
+    plan_view: Callable[[], dict[str, Any] | None] | None = None
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.distrs
+    return state
+
+
+def principal(request: Request, state: AppState = Depends(get_state)) -> Principal:
+    if state.settings.insecure:
+        return INSECURE
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(401, "unauthorized", "missing bearer token (Authorization: Bearer TOKEN)")
+    p = state.tokens.lookup(token.strip())
+    if p is None:
+        raise ApiError(401, "unauthorized", "unknown token")
+    return p
+
+
+def require(*roles: Role) -> Callable[..., Principal]:
+    allowed = {*roles, Role.ADMIN}
+
+    def dep(p: Principal = Depends(principal)) -> Principal:
+        if p.role not in allowed:
+            names = ", ".join(sorted(r.value for r in allowed))
+            raise ApiError(403, "forbidden", f"this endpoint needs role {names}; token has {p.role.value}")
+        return p
+
+    return dep
+
+
+trainer = require(Role.TRAINER)
+worker = require(Role.WORKER)
+admin = require()

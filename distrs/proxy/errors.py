@@ -1,0 +1,71 @@
+"""One error body for every failure: ``{"error": {"code", "message", "details"}}``.
+
+Validation errors name the offending field(s); store errors carry their own status and code;
+anything unexpected is a 500 with no internals leaked (and is logged).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from distrs.proxy.responses import JSONResponse
+from distrs.store.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.details = status, code, message, details
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
+
+    @app.exception_handler(StoreError)
+    async def _store(_: Request, exc: StoreError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        fields = [
+            {"field": _loc(e.get("loc", ())), "problem": e.get("msg", ""), "type": e.get("type")}
+            for e in errs
+        ]
+        if any(e.get("type") == "json_invalid" for e in errs):
+            return JSONResponse(
+                error_body("malformed_json", "request body is not valid JSON", {"errors": fields}), 400
+            )
+        first = fields[0] if fields else {"field": "body", "problem": "invalid"}
+        msg = f"{first['field']}: {first['problem']}"
+        if len(fields) > 1:
+            msg += f" (and {len(fields) - 1} more)"
+        return JSONResponse(error_body("invalid_request", msg, {"errors": fields}), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return JSONResponse(error_body("internal_error", "internal error; see proxy logs"), 500)

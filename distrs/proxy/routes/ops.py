@@ -1,0 +1,73 @@
+"""Operations: health, readiness, Prometheus metrics and a JSON stats view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from distrs.proxy.auth import Principal
+from distrs.proxy.deps import AppState, admin, get_state
+from distrs.proxy.responses import JSONResponse
+
+router = APIRouter(tags=["ops"])
+WORKER_STALE_S = 120.0
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(st: AppState = Depends(get_state)) -> JSONResponse:
+    try:
+        ok = await st.store.ping()
+    except Exception as exc:  # any store failure means not ready
+        return JSONResponse({"status": "unavailable", "store": str(exc)}, status_code=503)
+    return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
+
+
+async def refresh_gauges(st: AppState) -> dict[str, Any]:
+    """Set the queue-depth and lease gauges from a store snapshot; returns the snapshot as JSON."""
+    snap = await st.store.snapshot(st.clock())
+    m = st.metrics
+    m.queue_depth.clear()
+    for b in snap.batches:
+        for stage, n in b.queued.items():
+            m.queue_depth.labels(stage, b.batch.task).inc(n)
+    for stage in st.table.stages:
+        m.leases_in_flight.labels(stage).set(snap.running.get(stage, 0))
+    return snap.model_dump(mode="json")
+
+
+@router.get("/metrics")
+async def metrics(st: AppState = Depends(get_state)) -> Response:
+    await refresh_gauges(st)
+    return Response(generate_latest(st.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/v1/stats")
+async def stats(_: Principal = Depends(admin), st: AppState = Depends(get_state)) -> dict[str, Any]:
+    snap = await refresh_gauges(st)
+    now = st.clock()
+    workers: dict[str, int] = {}
+    for _wid, (stage, seen) in list(st.workers.items()):
+        if now - seen <= WORKER_STALE_S:
+            workers[stage] = workers.get(stage, 0) + 1
+    return {
+        "now": now,
+        "queues": snap["queue_depth"],
+        "running": snap["running"],
+        "workers": workers,
+        "active_batches": [
+            {
+                k: b["batch"][k]
+                for k in ("task", "batch_id", "size", "submitted", "done", "estimated_completion")
+            }
+            | {"queued": b["queued"]}
+            for b in snap["batches"]
+        ],
+        "last_plan": st.plan_view() if st.plan_view else None,
+    }

@@ -1,0 +1,231 @@
+"""Trainer-facing routes: register batches, submit requests, read results (long-poll and SSE)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from distrs.core.model import BatchInfo, RequestState
+from distrs.proxy.auth import Principal
+from distrs.proxy.deps import AppState, get_state, trainer
+from distrs.proxy.errors import ApiError
+from distrs.proxy.responses import JSONResponse
+from distrs.proxy.schemas import BatchCreate, BatchResults, BulkRequests, RequestIn, SubmitResponse
+from distrs.rewards.routing import route
+from distrs.store.base import NewRequest
+from distrs.store.errors import UnknownBatch
+
+router = APIRouter(prefix="/v1", tags=["trainer"])
+
+
+@router.post("/batches", status_code=201)
+async def register_batch(
+    body: BatchCreate,
+    response: Response,
+    who: Principal = Depends(trainer),
+    st: AppState = Depends(get_state),
+) -> dict[str, Any]:
+    """Register a batch; also the rollout-start hint the planner warms workers up on."""
+    if body.reward_type is not None and body.reward_type not in st.table.reward_types:
+        raise ApiError(
+            422, "unknown_reward_type", _unknown_type_msg(st, body.reward_type), field="reward_type"
+        )
+    now = st.clock()
+    info = BatchInfo(
+        tenant=who.tenant,
+        task=body.task,
+        batch_id=body.batch_id,
+        size=body.size,
+        reward_type=body.reward_type,
+        rollout_started_at=body.rollout_started_at if body.rollout_started_at is not None else now,
+    )
+    batch, created = await st.store.register_batch(info, now)
+    if not created:
+        response.status_code = 200
+    return _public_batch(batch)
+
+
+def _public_batch(b: BatchInfo) -> dict[str, Any]:
+    return b.model_dump(exclude={"tenant"})
+
+
+def _unknown_type_msg(st: AppState, name: str) -> str:
+    return f"unknown reward_type {name!r}; known: {', '.join(sorted(st.table.reward_types))}"
+
+
+@router.post("/requests", status_code=202, response_model=SubmitResponse)
+async def submit(
+    request: Request,
+    who: Principal = Depends(trainer),
+    st: AppState = Depends(get_state),
+) -> SubmitResponse:
+    """Submit one request object or ``{"requests": [...]}``; idempotent per (task, request_id)."""
+    raw = await request.body()
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "malformed_json", f"request body is not valid JSON: {exc}") from None
+    items = _parse_requests(data, st.settings.max_bulk)
+    limit = st.settings.max_payload_bytes
+    news: list[NewRequest] = []
+    for i, it in enumerate(items):
+        where = f"requests.{i}." if isinstance(data, dict) and "requests" in data else ""
+        if it.reward_type not in st.table.reward_types:
+            raise ApiError(
+                422,
+                "unknown_reward_type",
+                f"{where}reward_type: {_unknown_type_msg(st, it.reward_type)}",
+                field=f"{where}reward_type",
+            )
+        size = len(orjson.dumps(it.payload))
+        if size > limit:
+            raise ApiError(
+                413,
+                "payload_too_large",
+                f"{where}payload is {size} bytes; the limit is {limit}",
+                field=f"{where}payload",
+            )
+        stages = route(st.table, it.reward_type, it.payload)
+        news.append(
+            NewRequest(
+                tenant=who.tenant,
+                task=it.task,
+                batch_id=it.batch_id,
+                request_id=it.request_id,
+                reward_type=it.reward_type,
+                first_stage=stages[0],
+                payload=it.payload,
+            )
+        )
+    out = await st.store.submit(news, st.clock())
+    for n in news:
+        if n.request_id in out.accepted:
+            st.metrics.requests_submitted.labels(n.reward_type).inc()
+    return SubmitResponse(
+        accepted=len(out.accepted),
+        duplicates=len(out.duplicates),
+        accepted_ids=out.accepted,
+        duplicate_ids=out.duplicates,
+    )
+
+
+def _parse_requests(data: Any, max_bulk: int) -> list[RequestIn]:
+    from pydantic import ValidationError
+
+    try:
+        if isinstance(data, dict) and "requests" in data:
+            bulk = BulkRequests.model_validate(data)
+            if len(bulk.requests) > max_bulk:
+                raise ApiError(
+                    413,
+                    "too_many_requests_in_bulk",
+                    f"requests: {len(bulk.requests)} items; the limit is {max_bulk}",
+                    field="requests",
+                )
+            return bulk.requests
+        return [RequestIn.model_validate(data)]
+    except ValidationError as exc:
+        errs = exc.errors()
+        first = errs[0]
+        field = ".".join(str(p) for p in first["loc"]) or "body"
+        msg = f"{field}: {first['msg']}" + (f" (and {len(errs) - 1} more)" if len(errs) > 1 else "")
+        raise ApiError(
+            422,
+            "invalid_request",
+            msg,
+            errors=[{"field": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in errs],
+        ) from None
+
+
+async def _batch_for(st: AppState, who: Principal, task: str, batch_id: str) -> BatchInfo:
+    batch = await st.store.get_batch(task, batch_id)
+    if batch is None or not who.can_see(batch.tenant):
+        raise UnknownBatch(f"batch {batch_id!r} of task {task!r} not found", field="batch_id")
+    return batch
+
+
+@router.get("/requests/{task}/{request_id}")
+async def get_request(
+    task: str, request_id: str, who: Principal = Depends(trainer), st: AppState = Depends(get_state)
+) -> dict[str, Any]:
+    rec = await st.store.get_request(task, request_id)
+    if rec is None or not who.can_see(rec.tenant):
+        raise ApiError(
+            404, "unknown_request", f"request {request_id!r} of task {task!r} not found", field="request_id"
+        )
+    body: dict[str, Any] = {
+        "task": rec.task,
+        "batch_id": rec.batch_id,
+        "request_id": rec.request_id,
+        "state": rec.state.value,
+        "stage": rec.stage if rec.state is not RequestState.DONE else None,
+        "attempts": rec.attempts,
+    }
+    if rec.result is not None:
+        body["result"] = rec.result.model_dump(mode="json")
+    return body
+
+
+@router.get("/batches/{task}/{batch_id}/results", response_model=BatchResults)
+async def batch_results(
+    task: str,
+    batch_id: str,
+    wait_s: float = Query(0.0, ge=0, description="Long-poll up to this many seconds for completion."),
+    who: Principal = Depends(trainer),
+    st: AppState = Depends(get_state),
+) -> JSONResponse:
+    """Results so far; with ``wait_s`` waits until the batch completes or the time is up."""
+    wait_s = min(wait_s, st.settings.max_wait_s)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    batch = await _batch_for(st, who, task, batch_id)
+    while not batch.complete and (left := deadline - loop.time()) > 0:
+        await st.store.wait_batch(task, batch_id, min(left, 5.0))
+        batch = await _batch_for(st, who, task, batch_id)
+    results = await st.store.batch_results(task, batch_id)
+    body = BatchResults(
+        task=task,
+        batch_id=batch_id,
+        size=batch.size,
+        done=batch.done,
+        complete=batch.complete,
+        results=[r.model_dump(mode="json") for r in results],
+        extra_delay_s=batch.extra_delay_s,
+    )
+    return JSONResponse(body.model_dump(mode="json"))
+
+
+@router.get("/batches/{task}/{batch_id}/events")
+async def batch_events(
+    task: str,
+    batch_id: str,
+    request: Request,
+    who: Principal = Depends(trainer),
+    st: AppState = Depends(get_state),
+) -> StreamingResponse:
+    """Server-sent events: one ``result`` event per finished request, then ``complete``."""
+    await _batch_for(st, who, task, batch_id)
+
+    async def stream() -> AsyncIterator[bytes]:
+        sent: set[str] = set()
+        while True:
+            batch = await _batch_for(st, who, task, batch_id)
+            for r in await st.store.batch_results(task, batch_id):
+                if r.request_id not in sent:
+                    sent.add(r.request_id)
+                    yield b"event: result\ndata: " + orjson.dumps(r.model_dump(mode="json")) + b"\n\n"
+            if batch.complete:
+                done = {"done": batch.done, "extra_delay_s": batch.extra_delay_s}
+                yield b"event: complete\ndata: " + orjson.dumps(done) + b"\n\n"
+                return
+            if await request.is_disconnected():
+                return
+            await st.store.wait_batch(task, batch_id, 5.0)
+            yield b": keep-alive\n\n"
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

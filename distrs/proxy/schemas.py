@@ -1,0 +1,78 @@
+"""HTTP request and response bodies of API v1 (DESIGN.md). Unknown fields are rejected (422)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from distrs.core.model import Status
+
+_ID = r"^[A-Za-z0-9._:@/+=-]{1,200}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BatchCreate(_Strict):
+    task: str = Field(pattern=_ID, description="Training task (tenant-scoped) id.")
+    batch_id: str = Field(pattern=_ID, description="Batch (iteration) id within the task.")
+    size: int = Field(ge=1, le=1_000_000, description="How many requests the batch will hold.")
+    reward_type: str | None = Field(None, description="Reward type of the batch's requests, if uniform.")
+    rollout_started_at: float | None = Field(
+        None, description="Unix time the rollout started (the planner's warm-up hint); default now."
+    )
+
+
+class RequestIn(_Strict):
+    task: str = Field(pattern=_ID)
+    batch_id: str = Field(pattern=_ID)
+    request_id: str = Field(pattern=_ID, description="Idempotency key within the task.")
+    reward_type: str
+    payload: dict[str, Any]
+
+
+class BulkRequests(_Strict):
+    requests: list[RequestIn] = Field(min_length=1)
+
+
+class SubmitResponse(BaseModel):
+    accepted: int
+    duplicates: int
+    accepted_ids: list[str] = Field(default_factory=list)
+    duplicate_ids: list[str] = Field(default_factory=list)
+
+
+class LeaseRequest(_Strict):
+    stage: str
+    worker_id: str = Field(pattern=_ID)
+    wait_s: float = Field(0.0, ge=0, le=300)
+
+
+class HeartbeatRequest(_Strict):
+    worker_id: str = Field(pattern=_ID)
+
+
+class ResultIn(_Strict):
+    status: Status
+    score: float = Field(0.0, ge=-1e9, le=1e9)
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class CompleteRequest(_Strict):
+    worker_id: str = Field(pattern=_ID)
+    outcome: str = Field(pattern="^(next|final)$")
+    result: ResultIn | None = None
+    artifacts: dict[str, str] | None = None
+    run_s: float = Field(0.0, ge=0, le=86_400)
+
+
+class BatchResults(BaseModel):
+    task: str
+    batch_id: str
+    size: int
+    done: int
+    complete: bool
+    results: list[dict[str, Any]]
+    extra_delay_s: float | None = None

@@ -1,0 +1,92 @@
+"""Stage handlers: what a worker runs for one request at one stage.
+
+A handler is looked up by (reward type, stage) in a registry so a worker process for the
+``compile`` stage can serve both ``cuda`` and ``cpp`` requests. Handlers are synchronous (they
+mostly wait on a sandboxed child process); the worker runs them in a thread.
+
+A handler never blames the model for its own failure: an exception escaping ``run`` becomes
+``internal_error`` in the worker, and sandbox failures map to ``internal_error`` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from distrs.core.model import Status
+
+
+@dataclass(frozen=True)
+class StageInput:
+    """One request at one stage, as a worker hands it to a handler."""
+
+    request_id: str
+    task: str
+    reward_type: str
+    stage: str
+    payload: dict[str, Any]
+    artifacts: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class StageOutput:
+    """``outcome="next"`` sends the request on with ``artifacts``; ``"final"`` ends it."""
+
+    outcome: str
+    status: Status | None = None
+    score: float = 0.0
+    detail: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def next(artifacts: dict[str, str] | None = None) -> StageOutput:
+        return StageOutput(outcome="next", artifacts=artifacts or {})
+
+    @staticmethod
+    def final(status: Status, score: float = 0.0, **detail: Any) -> StageOutput:
+        return StageOutput(outcome="final", status=status, score=score, detail=detail)
+
+
+class StageHandler(Protocol):
+    """Runs one stage of one reward type."""
+
+    def ready(self) -> tuple[bool, str]:
+        """Whether this worker can serve requests now, and why not (e.g. no GPU)."""
+        ...
+
+    def run(self, inp: StageInput) -> StageOutput: ...
+
+
+HandlerFactory = Callable[[], StageHandler]
+_REGISTRY: dict[tuple[str, str], HandlerFactory] = {}
+
+
+def register(reward_type: str, stage: str) -> Callable[[HandlerFactory], HandlerFactory]:
+    """Class/function decorator adding a handler factory for (reward_type, stage)."""
+
+    def deco(factory: HandlerFactory) -> HandlerFactory:
+        _REGISTRY[(reward_type, stage)] = factory
+        return factory
+
+    return deco
+
+
+def registered() -> dict[tuple[str, str], HandlerFactory]:
+    _load_builtin()
+    return dict(_REGISTRY)
+
+
+def get_handler(reward_type: str, stage: str) -> StageHandler:
+    """A new handler for (reward_type, stage); KeyError naming both when none is registered."""
+    _load_builtin()
+    try:
+        return _REGISTRY[(reward_type, stage)]()
+    except KeyError:
+        raise KeyError(f"no handler for reward type {reward_type!r} at stage {stage!r}") from None
+
+
+def _load_builtin() -> None:
+    # Imported for their @register side effects; kept lazy so importing base stays cheap.
+    from distrs.rewards import builtin  # noqa: F401

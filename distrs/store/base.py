@@ -1,0 +1,161 @@
+"""The QueueStore protocol: everything the proxy and planner keep, behind one small interface.
+
+Two implementations pass one conformance suite (tests/integration/store/test_conformance.py):
+``memory`` (one process, the embedded default) and ``redis`` (production; atomic Lua scripts).
+
+Semantics every implementation must keep:
+
+* ``submit`` is idempotent per (task, request_id): a resubmission is reported as a duplicate and
+  never enqueued twice. A request enters the queue of the first stage of its reward type.
+* Queues are per stage and ordered by ``core.priority.sort_key``: EBF (estimated completion T of
+  the batch, then arrival order) or FCFS.
+* ``lease`` hands the head of a stage queue to one worker until ``deadline``. ``complete`` either
+  moves the request to the next stage (with artifacts) or records its final result, exactly once.
+  ``requeue_expired`` puts expired leases back at the head of their batch's order; after
+  ``max_attempts`` the request ends ``internal_error``.
+* When the last request of a batch ends, the batch is complete: its profile joins the task's
+  history (last K batches) and a ``batch_completed`` event is appended.
+* All times are passed in (``now``); the store never reads a clock for decisions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from distrs.core.history import BatchProfile
+from distrs.core.model import BatchInfo, Lease, RequestRecord, Result
+
+
+class NewRequest(BaseModel):
+    """A request as submitted, already validated by the proxy."""
+
+    tenant: str = "default"
+    task: str
+    batch_id: str
+    request_id: str
+    reward_type: str
+    first_stage: str
+    payload: dict[str, Any]
+
+
+class SubmitOutcome(BaseModel):
+    accepted: list[str] = Field(default_factory=list)
+    duplicates: list[str] = Field(default_factory=list)
+
+
+class Event(BaseModel):
+    """Planner input: batch_registered | first_arrival | batch_completed | lease_expired."""
+
+    id: str
+    type: str
+    ts: float
+    task: str = ""
+    batch_id: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class BatchLive(BaseModel):
+    """One active batch as the planner sees it (Alg. 2 inputs)."""
+
+    batch: BatchInfo
+    queued: dict[str, int] = Field(default_factory=dict)
+    queued_since: dict[str, list[float]] = Field(default_factory=dict)
+    running_elapsed: dict[str, list[float]] = Field(default_factory=dict)
+
+
+class Snapshot(BaseModel):
+    """Live state: active batches, queue depth per stage, running leases per stage."""
+
+    now: float
+    batches: list[BatchLive] = Field(default_factory=list)
+    queue_depth: dict[str, int] = Field(default_factory=dict)
+    running: dict[str, int] = Field(default_factory=dict)
+
+
+class CompleteOutcome(BaseModel):
+    request: RequestRecord
+    batch_completed: bool = False
+
+
+class QueueStore(Protocol):
+    """Durable queues, leases, results, history and events. See the module docstring."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> bool: ...
+
+    async def register_batch(self, batch: BatchInfo, now: float) -> tuple[BatchInfo, bool]:
+        """Create the batch (returns it and True) or return the existing identical one (False).
+
+        Raises BatchConflict if it exists with another size or reward type, and UnknownBatch if the
+        task belongs to another tenant (never reveal another tenant's task).
+        """
+        ...
+
+    async def get_batch(self, task: str, batch_id: str) -> BatchInfo | None: ...
+
+    async def submit(self, requests: list[NewRequest], now: float) -> SubmitOutcome:
+        """Enqueue new requests; duplicates by (task, request_id) are reported, never re-run.
+
+        Raises UnknownBatch when a batch is not registered (or is another tenant's) and BatchFull
+        when a batch would exceed its declared size; then nothing of the call is enqueued.
+        """
+        ...
+
+    async def lease(self, stage: str, worker_id: str, now: float, ttl_s: float) -> Lease | None:
+        """Take the head of ``stage``'s queue, or None when it is empty. Never blocks."""
+        ...
+
+    async def wait_for_work(self, stage: str, timeout_s: float) -> None:
+        """Return when work may have arrived for ``stage`` (or after ``timeout_s``)."""
+        ...
+
+    async def get_lease(self, lease_id: str) -> Lease | None:
+        """The live lease with this id (expired but not yet requeued ones included), or None."""
+        ...
+
+    async def heartbeat(self, lease_id: str, worker_id: str, now: float, ttl_s: float) -> float:
+        """Extend a live lease; returns the new deadline. UnknownLease/LeaseNotYours/LeaseExpired."""
+        ...
+
+    async def complete(
+        self,
+        lease_id: str,
+        worker_id: str,
+        now: float,
+        run_s: float,
+        next_stage: str | None,
+        artifacts: dict[str, str] | None,
+        result: Result | None,
+        outcome: str,
+    ) -> CompleteOutcome:
+        """Finish a lease: move on to ``next_stage`` (with artifacts) or record ``result``."""
+        ...
+
+    async def requeue_expired(self, now: float, max_attempts: int) -> list[str]:
+        """Requeue every lease past its deadline; returns the affected request ids."""
+        ...
+
+    async def get_request(self, task: str, request_id: str) -> RequestRecord | None: ...
+
+    async def batch_results(self, task: str, batch_id: str) -> list[Result]:
+        """Finished results of a batch in submission order."""
+        ...
+
+    async def wait_batch(self, task: str, batch_id: str, timeout_s: float) -> None:
+        """Return when a result of the batch may have landed (or after ``timeout_s``)."""
+        ...
+
+    async def history(self, task: str) -> list[BatchProfile]:
+        """The task's last K finished batch profiles, oldest first."""
+        ...
+
+    async def events(self, after: str, timeout_s: float, count: int = 100) -> list[Event]:
+        """Events after id ``after`` ("0" for all), waiting up to ``timeout_s`` for one."""
+        ...
+
+    async def snapshot(self, now: float) -> Snapshot: ...

@@ -1,0 +1,356 @@
+"""The in-process QueueStore: the embedded default for one machine (``distrs up``).
+
+Everything lives in this process's memory; a restart loses it (use Redis for durability). Queues
+are binary heaps keyed by ``core.priority.sort_key``; long-polls park on a ``Notifier``. Methods
+never await internally before their state change, so each one is atomic on the event loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import uuid
+from collections import deque
+
+from distrs.core.accounting import finish_batch
+from distrs.core.history import BatchProfile, estimate_completion
+from distrs.core.model import BatchInfo, Lease, RequestRecord, RequestState, Result, StageRecord, Status
+from distrs.core.priority import QueuePolicy, sort_key
+from distrs.store.base import BatchLive, CompleteOutcome, Event, NewRequest, Snapshot, SubmitOutcome
+from distrs.store.errors import (
+    BatchConflict,
+    BatchFull,
+    LeaseExpired,
+    LeaseNotYours,
+    UnknownBatch,
+    UnknownLease,
+)
+from distrs.store.notify import Notifier
+
+_HeapItem = tuple[float, int, str, str]  # (primary, seq, task, request_id)
+
+
+class MemoryStore:
+    def __init__(
+        self,
+        policy: QueuePolicy = QueuePolicy.EBF,
+        history_batches: int = 8,
+        default_batch_span_s: float = 600.0,
+        max_events: int = 100_000,
+    ) -> None:
+        self.policy = policy
+        self.history_batches = history_batches
+        self.default_batch_span_s = default_batch_span_s
+        self._batches: dict[tuple[str, str], BatchInfo] = {}
+        self._batch_requests: dict[tuple[str, str], list[str]] = {}
+        self._task_owner: dict[str, str] = {}
+        self._requests: dict[tuple[str, str], RequestRecord] = {}
+        self._queues: dict[str, list[_HeapItem]] = {}
+        self._leases: dict[str, Lease] = {}
+        self._history: dict[str, deque[BatchProfile]] = {}
+        self._events: deque[Event] = deque(maxlen=max_events)
+        self._event_seq = 0
+        self._seq = 0
+        self._notify = Notifier()
+
+    # lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def ping(self) -> bool:
+        return True
+
+    # helpers ---------------------------------------------------------------------------------
+    def _emit(self, type_: str, ts: float, task: str = "", batch_id: str = "", **data: object) -> None:
+        self._event_seq += 1
+        self._events.append(
+            Event(id=str(self._event_seq), type=type_, ts=ts, task=task, batch_id=batch_id, data=dict(data))
+        )
+        self._notify.notify("events")
+
+    def _enqueue(self, rec: RequestRecord) -> None:
+        batch = self._batches[(rec.task, rec.batch_id)]
+        primary, seq = sort_key(self.policy, batch.estimated_completion or 0.0, rec.seq)
+        heapq.heappush(self._queues.setdefault(rec.stage, []), (primary, seq, rec.task, rec.request_id))
+        self._notify.notify(("work", rec.stage))
+
+    def _owned(self, tenant: str, task: str) -> bool:
+        owner = self._task_owner.get(task)
+        return owner is None or owner == tenant
+
+    # batches ---------------------------------------------------------------------------------
+    async def register_batch(self, batch: BatchInfo, now: float) -> tuple[BatchInfo, bool]:
+        if not self._owned(batch.tenant, batch.task):
+            raise UnknownBatch(f"task {batch.task!r} not found", field="task")
+        key = (batch.task, batch.batch_id)
+        existing = self._batches.get(key)
+        if existing is not None:
+            if existing.size != batch.size or (
+                batch.reward_type is not None and existing.reward_type not in (None, batch.reward_type)
+            ):
+                raise BatchConflict(
+                    f"batch {batch.batch_id!r} of task {batch.task!r} exists with size {existing.size} "
+                    f"and reward_type {existing.reward_type!r}",
+                    field="size",
+                )
+            return existing.model_copy(), False
+        new = batch.model_copy()
+        new.registered_at = now
+        hist = list(self._history.get(batch.task, ()))
+        new.estimated_completion = estimate_completion(hist, new.anchor, self.default_batch_span_s)
+        self._task_owner.setdefault(batch.task, batch.tenant)
+        self._batches[key] = new
+        self._batch_requests[key] = []
+        self._emit("batch_registered", now, new.task, new.batch_id, size=new.size)
+        return new.model_copy(), True
+
+    async def get_batch(self, task: str, batch_id: str) -> BatchInfo | None:
+        b = self._batches.get((task, batch_id))
+        return b.model_copy() if b else None
+
+    # submit ----------------------------------------------------------------------------------
+    async def submit(self, requests: list[NewRequest], now: float) -> SubmitOutcome:
+        out = SubmitOutcome()
+        fresh: list[NewRequest] = []
+        added: dict[tuple[str, str], int] = {}
+        seen: set[tuple[str, str]] = set()
+        for r in requests:  # validate the whole call first: all or nothing
+            key = (r.task, r.batch_id)
+            batch = self._batches.get(key)
+            if batch is None or not self._owned(r.tenant, r.task):
+                raise UnknownBatch(
+                    f"batch {r.batch_id!r} of task {r.task!r} is not registered (POST /v1/batches first)",
+                    field="batch_id",
+                )
+            if (r.task, r.request_id) in self._requests or (r.task, r.request_id) in seen:
+                out.duplicates.append(r.request_id)
+                continue
+            seen.add((r.task, r.request_id))
+            added[key] = added.get(key, 0) + 1
+            if batch.submitted + added[key] > batch.size:
+                raise BatchFull(
+                    f"batch {r.batch_id!r} of task {r.task!r} already has {batch.size} requests "
+                    f"(its declared size)",
+                    field="batch_id",
+                )
+            fresh.append(r)
+        for r in fresh:
+            key = (r.task, r.batch_id)
+            batch = self._batches[key]
+            if batch.first_arrival_at is None:
+                batch.first_arrival_at = now
+                self._emit("first_arrival", now, r.task, r.batch_id)
+            batch.submitted += 1
+            if batch.reward_type is None:  # a batch takes the type of its first request
+                batch.reward_type = r.reward_type
+            self._seq += 1
+            rec = RequestRecord(
+                tenant=r.tenant,
+                task=r.task,
+                batch_id=r.batch_id,
+                request_id=r.request_id,
+                reward_type=r.reward_type,
+                payload=r.payload,
+                arrived_at=now,
+                stage=r.first_stage,
+                stage_enqueued_at=now,
+                seq=self._seq,
+            )
+            self._requests[(r.task, r.request_id)] = rec
+            self._batch_requests[key].append(r.request_id)
+            self._enqueue(rec)
+            out.accepted.append(r.request_id)
+        return out
+
+    # leases ----------------------------------------------------------------------------------
+    async def lease(self, stage: str, worker_id: str, now: float, ttl_s: float) -> Lease | None:
+        q = self._queues.get(stage)
+        while q:
+            _, _, task, rid = heapq.heappop(q)
+            rec = self._requests.get((task, rid))
+            if rec is None or rec.state is not RequestState.QUEUED or rec.stage != stage:
+                continue  # stale heap entry
+            rec.state = RequestState.RUNNING
+            rec.attempts += 1
+            lease = Lease(
+                lease_id=uuid.uuid4().hex,
+                request_id=rid,
+                task=task,
+                batch_id=rec.batch_id,
+                reward_type=rec.reward_type,
+                stage=stage,
+                worker_id=worker_id,
+                payload=rec.payload,
+                artifacts=dict(rec.artifacts),
+                deadline=now + ttl_s,
+                attempt=rec.attempts,
+                started_at=now,
+            )
+            self._leases[lease.lease_id] = lease
+            return lease.model_copy()
+        return None
+
+    async def wait_for_work(self, stage: str, timeout_s: float) -> None:
+        await self._notify.wait(("work", stage), timeout_s)
+
+    async def get_lease(self, lease_id: str) -> Lease | None:
+        lease = self._leases.get(lease_id)
+        return lease.model_copy() if lease else None
+
+    def _live_lease(self, lease_id: str, worker_id: str, now: float) -> Lease:
+        lease = self._leases.get(lease_id)
+        if lease is None:
+            raise UnknownLease(f"lease {lease_id!r} is unknown or already finished", field="lease_id")
+        if lease.worker_id != worker_id:
+            raise LeaseNotYours(f"lease {lease_id!r} belongs to another worker", field="worker_id")
+        if lease.deadline < now:
+            raise LeaseExpired(f"lease {lease_id!r} expired at {lease.deadline:.3f}", field="lease_id")
+        return lease
+
+    async def heartbeat(self, lease_id: str, worker_id: str, now: float, ttl_s: float) -> float:
+        lease = self._live_lease(lease_id, worker_id, now)
+        lease.deadline = now + ttl_s
+        return lease.deadline
+
+    async def complete(
+        self,
+        lease_id: str,
+        worker_id: str,
+        now: float,
+        run_s: float,
+        next_stage: str | None,
+        artifacts: dict[str, str] | None,
+        result: Result | None,
+        outcome: str,
+    ) -> CompleteOutcome:
+        lease = self._live_lease(lease_id, worker_id, now)
+        del self._leases[lease_id]
+        rec = self._requests[(lease.task, lease.request_id)]
+        rec.stages.append(
+            StageRecord(
+                name=lease.stage,
+                worker=worker_id,
+                queued_s=max(0.0, lease.started_at - rec.stage_enqueued_at),
+                run_s=run_s,
+                outcome=outcome,
+            )
+        )
+        if next_stage is not None:
+            rec.stage = next_stage
+            rec.stage_enqueued_at = now
+            rec.state = RequestState.QUEUED
+            rec.attempts = 0
+            if artifacts is not None:
+                rec.artifacts = artifacts
+            self._enqueue(rec)
+            return CompleteOutcome(request=rec.model_copy())
+        final = result or Result(request_id=rec.request_id, status=Status.INTERNAL_ERROR)
+        return CompleteOutcome(request=rec.model_copy(), batch_completed=self._finalize(rec, final, now))
+
+    def _finalize(self, rec: RequestRecord, result: Result, now: float) -> bool:
+        rec.state = RequestState.DONE
+        rec.artifacts = {}
+        rec.result = result.model_copy(update={"request_id": rec.request_id, "stages": list(rec.stages)})
+        key = (rec.task, rec.batch_id)
+        batch = self._batches[key]
+        batch.done += 1
+        self._notify.notify(("batch", *key))
+        if batch.done < batch.size or batch.complete:
+            return False
+        records = [self._requests[(rec.task, rid)] for rid in self._batch_requests[key]]
+        profile = finish_batch(batch, records, now)
+        hist = self._history.setdefault(rec.task, deque(maxlen=self.history_batches))
+        hist.append(profile)
+        self._emit(
+            "batch_completed",
+            now,
+            batch.task,
+            batch.batch_id,
+            extra_delay_s=batch.extra_delay_s,
+            earliest_completion=batch.earliest_completion,
+        )
+        return True
+
+    async def requeue_expired(self, now: float, max_attempts: int) -> list[str]:
+        expired = [lease for lease in self._leases.values() if lease.deadline < now]
+        out: list[str] = []
+        for lease in expired:
+            del self._leases[lease.lease_id]
+            rec = self._requests[(lease.task, lease.request_id)]
+            out.append(rec.request_id)
+            self._emit("lease_expired", now, rec.task, rec.batch_id, stage=lease.stage, attempt=lease.attempt)
+            if rec.attempts >= max_attempts:
+                rec.stages.append(
+                    StageRecord(name=lease.stage, worker=lease.worker_id, outcome="lease_expired")
+                )
+                self._finalize(
+                    rec,
+                    Result(
+                        request_id=rec.request_id,
+                        status=Status.INTERNAL_ERROR,
+                        detail={"error": f"lease expired {rec.attempts} times at stage {lease.stage!r}"},
+                    ),
+                    now,
+                )
+            else:
+                rec.state = RequestState.QUEUED
+                self._enqueue(rec)
+        return out
+
+    # reads -----------------------------------------------------------------------------------
+    async def get_request(self, task: str, request_id: str) -> RequestRecord | None:
+        rec = self._requests.get((task, request_id))
+        return rec.model_copy() if rec else None
+
+    async def batch_results(self, task: str, batch_id: str) -> list[Result]:
+        ids = self._batch_requests.get((task, batch_id), [])
+        out = []
+        for rid in ids:
+            rec = self._requests[(task, rid)]
+            if rec.result is not None:
+                out.append(rec.result.model_copy())
+        return out
+
+    async def wait_batch(self, task: str, batch_id: str, timeout_s: float) -> None:
+        await self._notify.wait(("batch", task, batch_id), timeout_s)
+
+    async def history(self, task: str) -> list[BatchProfile]:
+        return list(self._history.get(task, ()))
+
+    async def events(self, after: str, timeout_s: float, count: int = 100) -> list[Event]:
+        def pending() -> list[Event]:
+            a = int(after or 0)
+            return [e for e in self._events if int(e.id) > a][:count]
+
+        got = pending()
+        if not got and timeout_s > 0:
+            await self._notify.wait("events", timeout_s)
+            got = pending()
+        return got
+
+    async def snapshot(self, now: float) -> Snapshot:
+        snap = Snapshot(now=now)
+        for stage, q in self._queues.items():
+            snap.queue_depth.setdefault(stage, 0)
+            del q  # depth is counted from records below (heaps hold stale entries)
+        for lease in self._leases.values():
+            snap.running[lease.stage] = snap.running.get(lease.stage, 0) + 1
+        by_request_lease = {(ls.task, ls.request_id): ls for ls in self._leases.values()}
+        for key, batch in self._batches.items():
+            if batch.complete:
+                continue
+            live = BatchLive(batch=batch.model_copy())
+            for rid in self._batch_requests[key]:
+                rec = self._requests[(batch.task, rid)]
+                if rec.state is RequestState.QUEUED:
+                    live.queued[rec.stage] = live.queued.get(rec.stage, 0) + 1
+                    live.queued_since.setdefault(rec.stage, []).append(rec.stage_enqueued_at)
+                    snap.queue_depth[rec.stage] = snap.queue_depth.get(rec.stage, 0) + 1
+                elif rec.state is RequestState.RUNNING:
+                    ls = by_request_lease.get((batch.task, rid))
+                    started = ls.started_at if ls else now
+                    live.running_elapsed.setdefault(rec.stage, []).append(max(0.0, now - started))
+            snap.batches.append(live)
+        return snap

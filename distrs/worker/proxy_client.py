@@ -1,0 +1,73 @@
+"""The worker's view of the proxy: lease, heartbeat, complete over HTTP.
+
+Kept behind a small Protocol so the pull loop is tested with a fake of *this* wrapper, never of
+the HTTP library. Transient failures (connection errors, 5xx, 429) raise ``ProxyUnavailable``;
+the loop backs off and tries again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import httpx
+
+
+class ProxyUnavailable(Exception):
+    pass
+
+
+class LeaseRejected(Exception):
+    """The proxy refused a heartbeat/complete (lease expired, unknown, or not ours)."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"{status}: {body}")
+        self.status, self.body = status, body
+
+
+class ProxyClient(Protocol):
+    def lease(self, stage: str, worker_id: str, wait_s: float) -> dict[str, Any] | None: ...
+
+    def heartbeat(self, lease_id: str, worker_id: str) -> None: ...
+
+    def complete(self, lease_id: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class HttpProxyClient:
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+
+    def _post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> httpx.Response:
+        try:
+            r = self._http.post(path, json=body, timeout=timeout or self._http.timeout)
+        except httpx.HTTPError as exc:
+            raise ProxyUnavailable(str(exc)) from exc
+        if r.status_code >= 500 or r.status_code == 429:
+            raise ProxyUnavailable(f"{r.status_code}: {r.text[:200]}")
+        return r
+
+    def lease(self, stage: str, worker_id: str, wait_s: float) -> dict[str, Any] | None:
+        r = self._post("/v1/leases", {"stage": stage, "worker_id": worker_id, "wait_s": wait_s}, wait_s + 10)
+        if r.status_code == 204:
+            return None
+        if r.status_code != 200:
+            raise LeaseRejected(r.status_code, r.text)
+        out: dict[str, Any] = r.json()
+        return out
+
+    def heartbeat(self, lease_id: str, worker_id: str) -> None:
+        r = self._post(f"/v1/leases/{lease_id}/heartbeat", {"worker_id": worker_id})
+        if r.status_code != 200:
+            raise LeaseRejected(r.status_code, r.text)
+
+    def complete(self, lease_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = self._post(f"/v1/leases/{lease_id}/complete", body)
+        if r.status_code != 200:
+            raise LeaseRejected(r.status_code, r.text)
+        out: dict[str, Any] = r.json()
+        return out
+
+    def close(self) -> None:
+        self._http.close()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the service and its tests run for real, when missing.
+# redis-server: the production store; prometheus: scrape tests; bubblewrap: sandbox jail; g++: cpp rewards.
+set -euo pipefail
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v prometheus >/dev/null || need+=(prometheus)
+command -v bwrap >/dev/null || need+=(bubblewrap)
+command -v g++ >/dev/null || need+=(g++)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+echo "installing Debian packages: ${need[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
