@@ -206,6 +206,7 @@ def _mount(name: str, module: str, help_text: str) -> None:
     app.add_typer(mod.app, name=name, help=help_text)
 
 
+_mount("config", "distrs.commands.config", "Configuration: docs.")
 _mount("bench", "distrs.commands.bench", "Benchmarks: scaling, ebf, planner-runtime.")
 _mount("trace", "distrs.commands.trace", "Workload traces: generate.")
 _mount("placement", "distrs.commands.placement", "Trainer placement: plan, render.")

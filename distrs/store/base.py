@@ -72,6 +72,8 @@ class Snapshot(BaseModel):
     batches: list[BatchLive] = Field(default_factory=list)
     queue_depth: dict[str, int] = Field(default_factory=dict)
     running: dict[str, int] = Field(default_factory=dict)
+    # Worker ids holding a lease, per stage (scale-down removes idle workers first).
+    busy_workers: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class CompleteOutcome(BaseModel):

@@ -337,6 +337,7 @@ class MemoryStore:
             del q  # depth is counted from records below (heaps hold stale entries)
         for lease in self._leases.values():
             snap.running[lease.stage] = snap.running.get(lease.stage, 0) + 1
+            snap.busy_workers.setdefault(lease.stage, []).append(lease.worker_id)
         by_request_lease = {(ls.task, ls.request_id): ls for ls in self._leases.values()}
         for key, batch in self._batches.items():
             if batch.complete:

@@ -1,0 +1,93 @@
+"""``distrs planner``: the planner as its own process over a shared Redis store.
+
+It exports its metrics on ``metrics_port`` and drives either the Kubernetes actuator (worker
+Deployments; leader election when several planner replicas run) or the local process pool.
+SIGTERM/SIGINT stop it after the current decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from prometheus_client import start_http_server
+
+from distrs.actuators.base import Actuator
+from distrs.config import PlannerSettings
+from distrs.core.pipeline_config import load_pipelines
+from distrs.metrics import Metrics
+from distrs.planner.loop import Planner
+from distrs.store.base import QueueStore
+from distrs.store.factory import create_store
+
+log = logging.getLogger(__name__)
+
+
+def busy_from(store: QueueStore, clock: Any) -> Any:
+    async def busy(stage: str) -> set[str]:
+        snap = await store.snapshot(clock())
+        return set(snap.busy_workers.get(stage, []))
+
+    return busy
+
+
+def build_actuator(
+    settings: PlannerSettings, store: QueueStore, metrics: Metrics, stages: list[str], proxy_url: str | None
+) -> Actuator:
+    import time
+
+    if settings.actuator == "kubernetes":
+        from distrs.actuators.kubernetes import create_kubernetes_actuator
+
+        return create_kubernetes_actuator(
+            settings, stages, busy_workers=busy_from(store, time.time), metrics=metrics
+        )
+    if settings.actuator == "local":
+        from distrs.actuators.local import LocalActuator
+
+        url = proxy_url or settings.proxy_url
+        if not url:
+            raise SystemExit("the local actuator needs --proxy URL (or DISTRS_PROXY_URL) for its workers")
+        return LocalActuator(proxy_url=url, max_per_stage=settings.max_replicas)
+    raise SystemExit(f"unknown actuator {settings.actuator!r}: use local or kubernetes")
+
+
+def run_planner(
+    redis_url: str | None = None,
+    policy: str | None = None,
+    actuator: str | None = None,
+    proxy_url: str | None = None,
+    pipelines_file: str | None = None,
+) -> None:
+    overrides = {
+        k: v
+        for k, v in dict(redis_url=redis_url, policy=policy, actuator=actuator, proxy_url=proxy_url).items()
+        if v
+    }
+    settings = PlannerSettings(**overrides)
+    if not settings.redis_url:
+        raise SystemExit(
+            "distrs planner needs a shared store: --redis URL or DISTRS_REDIS_URL "
+            "(the memory store lives inside one process; use `distrs up` for that)"
+        )
+    table = load_pipelines(pipelines_file)
+    metrics = Metrics()
+    start_http_server(settings.metrics_port, registry=metrics.registry)
+    store = create_store(settings)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await store.start()
+        act = build_actuator(settings, store, metrics, list(table.stages), proxy_url)
+        try:
+            await Planner(store, act, table, settings, metrics=metrics).run(stop)
+        finally:
+            await act.close()
+            await store.close()
+
+    asyncio.run(main())

@@ -1,0 +1,414 @@
+"""Drop-in endpoints for trainers that already speak another reward protocol.
+
+* SandboxFusion ``POST /run_code`` - what verl's sandbox integration calls per test case: run one
+  program (``python``, ``cpp``; ``cuda`` where the service has GPU workers) on ``stdin`` and return
+  SandboxFusion's response shape (``status`` Success|Failed|SandboxError, ``compile_result``,
+  ``run_result`` with ``status`` Finished|Error|TimeLimitExceeded).
+* OpenRLHF ``POST /get_reward`` - the remote reward model protocol: ``{"query", "prompts",
+  "labels"}`` in, ``{"rewards", "scores", "extra_logs"}`` out, scored with one reward type
+  (``math`` unless the ``X-DistRS-Reward-Type`` header says otherwise).
+
+Both go through exactly the pipelines ``/v1/requests`` uses: the call registers a batch, submits
+its requests to the store (so EBF queues, the planner and history all see them) and waits for the
+batch's results. Optional headers: ``X-DistRS-Task`` (default ``sandboxfusion`` / ``openrlhf``),
+``X-DistRS-Batch`` (the batch id; give the same id when retrying a call and the retry returns the
+first call's results instead of running anything twice), ``X-DistRS-Timeout`` (seconds to wait).
+
+Neither framework's client sends credentials, so besides ``Authorization: Bearer`` these routes
+accept the trainer token as a ``?token=`` query parameter (it is part of the URL both frameworks
+let you configure).
+
+``/run_code`` is served by the judged handlers: the program runs as one test case whose expected
+output is empty, compared exactly, so a program that prints anything is judged ``wrong_answer`` and
+its (captured) stdout comes back in the result detail. That detail is a capped snippet; when a
+handler reports a raw run (``detail["run"]`` with full ``stdout``/``stderr``/``return_code``,
+requested with ``"mode": "raw"`` in the payload) it is used as is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import uuid
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from distrs.core.model import BatchInfo, Result, Status
+from distrs.proxy.auth import INSECURE, Principal, Role
+from distrs.proxy.deps import AppState, get_state
+from distrs.proxy.errors import ApiError
+from distrs.proxy.responses import JSONResponse
+from distrs.rewards.routing import route
+from distrs.store.base import NewRequest
+
+router = APIRouter(tags=["compat"])
+
+DEFAULT_WAIT_S = 600.0
+_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
+# SandboxFusion language name -> our reward type.
+LANGUAGES = {"python": "python", "python3": "python", "cpp": "cpp", "c++": "cpp", "cuda": "cuda"}
+
+
+# ---------------------------------------------------------------- auth and batch plumbing
+
+
+def compat_principal(
+    request: Request,
+    token: str | None = Query(None, description="Trainer token, for clients that cannot set headers."),
+    st: AppState = Depends(get_state),
+) -> Principal:
+    """Bearer header or ``?token=``; role trainer (or admin)."""
+    if st.settings.insecure:
+        return INSECURE
+    scheme, _, header_token = request.headers.get("authorization", "").partition(" ")
+    given = header_token.strip() if scheme.lower() == "bearer" and header_token.strip() else token
+    if not given:
+        raise ApiError(401, "unauthorized", "missing token (Authorization: Bearer TOKEN or ?token=TOKEN)")
+    p = st.tokens.lookup(given)
+    if p is None:
+        raise ApiError(401, "unauthorized", "unknown token")
+    if p.role not in (Role.TRAINER, Role.ADMIN):
+        raise ApiError(403, "forbidden", f"this endpoint needs role trainer; token has {p.role.value}")
+    return p
+
+
+def _header_id(value: str | None, name: str, default: str) -> str:
+    if value is None or value == "":
+        return default
+    if not _ID.match(value):
+        raise ApiError(422, "invalid_header", f"{name}: must match {_ID.pattern}", field=name)
+    return value
+
+
+def _wait_s(value: str | None) -> float:
+    if value is None:
+        return DEFAULT_WAIT_S
+    try:
+        v = float(value)
+    except ValueError:
+        v = -1.0
+    if not math.isfinite(v) or v <= 0:
+        raise ApiError(
+            422, "invalid_header", "X-DistRS-Timeout: must be a positive number", field="X-DistRS-Timeout"
+        )
+    return v
+
+
+async def run_batch(
+    st: AppState,
+    who: Principal,
+    task: str,
+    batch_id: str,
+    items: list[tuple[str, dict[str, Any]]],
+    wait_s: float,
+) -> list[Result]:
+    """Register a batch of ``(reward_type, payload)``, submit it and wait for every result.
+
+    Request ids are ``{batch_id}-{i}``, so re-running the same call with the same batch id is
+    idempotent: the store reports duplicates and the first results are returned.
+    """
+    for rt, _ in items:
+        if rt not in st.table.reward_types:
+            known = ", ".join(sorted(st.table.reward_types))
+            raise ApiError(422, "unknown_reward_type", f"reward type {rt!r} is not served; known: {known}")
+    types = {rt for rt, _ in items}
+    now = st.clock()
+    info = BatchInfo(
+        tenant=who.tenant,
+        task=task,
+        batch_id=batch_id,
+        size=len(items),
+        reward_type=next(iter(types)) if len(types) == 1 else None,
+        rollout_started_at=now,
+    )
+    await st.store.register_batch(info, now)
+    news = [
+        NewRequest(
+            tenant=who.tenant,
+            task=task,
+            batch_id=batch_id,
+            request_id=f"{batch_id}-{i}",
+            reward_type=rt,
+            first_stage=route(st.table, rt, payload)[0],
+            payload=payload,
+        )
+        for i, (rt, payload) in enumerate(items)
+    ]
+    out = await st.store.submit(news, st.clock())
+    accepted = set(out.accepted)
+    for n in news:
+        if n.request_id in accepted:
+            st.metrics.requests_submitted.labels(n.reward_type).inc()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        batch = await st.store.get_batch(task, batch_id)
+        if batch is not None and batch.completed_at is not None:
+            break
+        left = deadline - loop.time()
+        if left <= 0:
+            raise ApiError(
+                504,
+                "reward_timeout",
+                f"batch {batch_id!r} of task {task!r} not complete after {wait_s:g} s",
+                task=task,
+                batch_id=batch_id,
+            )
+        await st.store.wait_batch(task, batch_id, min(left, 5.0))
+    by_id = {r.request_id: r for r in await st.store.batch_results(task, batch_id)}
+    return [
+        by_id.get(n.request_id) or Result(request_id=n.request_id, status=Status.INTERNAL_ERROR) for n in news
+    ]
+
+
+# ---------------------------------------------------------------- SandboxFusion /run_code
+
+
+class RunCodeRequest(BaseModel):
+    """SandboxFusion's RunCodeRequest (the fields verl and SandboxFusion's own SDK send)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    code: str
+    language: str = "python"
+    compile_timeout: float = Field(10.0, gt=0)
+    run_timeout: float = Field(10.0, gt=0)
+    memory_limit_MB: int = Field(-1)
+    stdin: str | None = None
+    files: dict[str, str | None] = Field(default_factory=dict)
+    fetch_files: list[str] = Field(default_factory=list)
+
+
+class CommandRunResult(BaseModel):
+    status: Literal["Finished", "Error", "TimeLimitExceeded"]
+    execution_time: float | None = None
+    return_code: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+
+
+class RunCodeResponse(BaseModel):
+    status: Literal["Success", "Failed", "SandboxError"]
+    message: str = ""
+    compile_result: CommandRunResult | None = None
+    run_result: CommandRunResult | None = None
+    executor_pod_name: str | None = None
+    files: dict[str, str] = Field(default_factory=dict)
+
+
+def run_code_payload(req: RunCodeRequest) -> dict[str, Any]:
+    """The judged payload for one SandboxFusion run: one test case, empty expected output."""
+    payload: dict[str, Any] = {
+        "code": req.code,
+        "tests": [{"stdin": req.stdin or "", "expected_stdout": ""}],
+        "compare": "exact",
+        "scoring": "all",
+        "time_limit_s": req.run_timeout,
+        "mode": "raw",
+    }
+    if req.memory_limit_MB > 0:
+        payload["memory_limit_mb"] = req.memory_limit_MB
+    return payload
+
+
+def _first_case(detail: dict[str, Any]) -> dict[str, Any]:
+    tests = detail.get("tests")
+    if isinstance(tests, list) and tests and isinstance(tests[0], dict):
+        return tests[0]
+    return {}
+
+
+def _return_code(reason: Any) -> int:
+    m = re.search(r"(?:exit(?:ed)?(?: with)?(?: code| status)?|code)\s*(-?\d+)", str(reason or ""))
+    if m:
+        return int(m.group(1))
+    m = re.search(r"signal\s*(\d+)", str(reason or ""))
+    return 128 + int(m.group(1)) if m else 1
+
+
+def to_run_code_response(result: Result, compiled: bool) -> RunCodeResponse:
+    """Map a judged result to SandboxFusion's response.
+
+    ``compiled``: the language has a compile step (a ``compile_result`` is reported for it).
+    """
+    d = result.detail
+    status = result.status
+    ok_compile = (
+        CommandRunResult(status="Finished", return_code=0, stdout="", stderr="") if compiled else None
+    )
+    if status is Status.COMPILE_ERROR:
+        out = str(d.get("compiler_output", ""))
+        comp = CommandRunResult(status="Finished", return_code=1, stdout="", stderr=out)
+        return RunCodeResponse(status="Failed", message="compile error", compile_result=comp)
+    if status is Status.TIMEOUT and d.get("stage") == "compile":
+        comp = CommandRunResult(status="TimeLimitExceeded", stderr=str(d.get("compiler_output", "")))
+        return RunCodeResponse(status="Failed", message="compile timeout", compile_result=comp)
+    if status in (Status.INTERNAL_ERROR, Status.INVALID):
+        err = d.get("error")
+        return RunCodeResponse(status="SandboxError", message=f"{status.value}: {err or d.get('reason', '')}")
+    raw = d.get("run")
+    case = _first_case(d)
+    if isinstance(raw, dict):  # a raw run: full output from the handler
+        exec_time = raw.get("execution_time")
+        run = CommandRunResult(
+            status="TimeLimitExceeded" if raw.get("timed_out") else "Finished",
+            execution_time=float(exec_time) if exec_time is not None else None,
+            return_code=raw.get("return_code"),
+            stdout=str(raw.get("stdout") or ""),
+            stderr=str(raw.get("stderr") or ""),
+        )
+    else:
+        t = case.get("time_s")
+        exec_time = float(t) if isinstance(t, (int, float)) else None
+        if status is Status.TIMEOUT:
+            run = CommandRunResult(status="TimeLimitExceeded", execution_time=exec_time, stdout="", stderr="")
+        elif status is Status.RUNTIME_ERROR:
+            run = CommandRunResult(
+                status="Finished",
+                execution_time=exec_time,
+                return_code=_return_code(case.get("reason")),
+                stdout=str(case.get("stdout") or ""),
+                stderr=str(case.get("stderr") or case.get("reason") or ""),
+            )
+        else:  # ok (printed nothing) or wrong_answer (printed something: it is in the detail)
+            run = CommandRunResult(
+                status="Finished",
+                execution_time=exec_time,
+                return_code=0,
+                stdout=str(case.get("stdout") or "") if status is Status.WRONG_ANSWER else "",
+                stderr="",
+            )
+    success = run.status == "Finished" and run.return_code == 0
+    return RunCodeResponse(
+        status="Success" if success else "Failed",
+        message=""
+        if success
+        else (run.status if run.status != "Finished" else f"exit code {run.return_code}"),
+        compile_result=ok_compile,
+        run_result=run,
+    )
+
+
+@router.post("/run_code", response_model=RunCodeResponse)
+async def run_code(
+    body: RunCodeRequest,
+    who: Principal = Depends(compat_principal),
+    st: AppState = Depends(get_state),
+    x_distrs_task: str | None = Header(None),
+    x_distrs_batch: str | None = Header(None),
+    x_distrs_timeout: str | None = Header(None),
+) -> JSONResponse:
+    """SandboxFusion-compatible single run (python, cpp; cuda with GPU workers)."""
+    rt = LANGUAGES.get(body.language.lower())
+    if rt is None or rt not in st.table.reward_types:
+        served = sorted(k for k, v in LANGUAGES.items() if v in st.table.reward_types)
+        raise ApiError(
+            422,
+            "unsupported_language",
+            f"language: {body.language!r} is not supported; supported: {', '.join(served)}",
+            field="language",
+        )
+    if any(body.files.values()) or body.fetch_files:
+        field = "files" if any(body.files.values()) else "fetch_files"
+        raise ApiError(422, "unsupported_field", f"{field}: extra files are not supported", field=field)
+    task = _header_id(x_distrs_task, "X-DistRS-Task", "sandboxfusion")
+    batch_id = _header_id(x_distrs_batch, "X-DistRS-Batch", "rc-" + uuid.uuid4().hex)
+    (result,) = await run_batch(
+        st, who, task, batch_id, [(rt, run_code_payload(body))], _wait_s(x_distrs_timeout)
+    )
+    compiled = len(st.table.reward_types[rt].stages) > 1
+    return JSONResponse(to_run_code_response(result, compiled).model_dump(mode="json"))
+
+
+# ---------------------------------------------------------------- OpenRLHF /get_reward
+
+
+class GetRewardRequest(BaseModel):
+    """OpenRLHF's remote reward request: full texts (prompt + response), prompts, labels."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: list[str]
+    prompts: list[str] | None = None
+    labels: list[Any] | None = None
+
+
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.DOTALL | re.MULTILINE)
+
+
+def response_text(query: str, prompt: str | None) -> str:
+    """OpenRLHF sends prompt + response as ``query``; the reward judges the response alone."""
+    if prompt and query.startswith(prompt):
+        return query[len(prompt) :]
+    return query
+
+
+def reward_payload(reward_type: str, response: str, label: Any) -> dict[str, Any]:
+    """Payload for one OpenRLHF sample: math judges the whole response against the label; a
+    judged code type runs the response's last fenced block against the label's tests
+    (``[{stdin, expected_stdout}]`` or ``{"inputs": [...], "outputs": [...]}``, maybe as JSON)."""
+    if reward_type in ("cpp", "python", "cuda"):
+        import json
+
+        tests: Any = label
+        if isinstance(tests, str):
+            try:
+                tests = json.loads(tests)
+            except ValueError:
+                tests = []
+        if isinstance(tests, dict) and "inputs" in tests and "outputs" in tests:
+            tests = [
+                {"stdin": str(i), "expected_stdout": str(o)}
+                for i, o in zip(tests["inputs"], tests["outputs"], strict=False)
+            ]
+        blocks = _FENCE.findall(response)
+        code = blocks[-1][1] if blocks else response
+        return {"code": code, "tests": tests if isinstance(tests, list) else []}
+    if reward_type == "math":
+        return {"completion": response, "ground_truth": "" if label is None else str(label)}
+    return {"completion": response, "label": label}
+
+
+@router.post("/get_reward")
+async def get_reward(
+    body: GetRewardRequest,
+    who: Principal = Depends(compat_principal),
+    st: AppState = Depends(get_state),
+    x_distrs_task: str | None = Header(None),
+    x_distrs_batch: str | None = Header(None),
+    x_distrs_timeout: str | None = Header(None),
+    x_distrs_reward_type: str | None = Header(None),
+) -> JSONResponse:
+    """OpenRLHF-compatible remote reward: one batch per call, rewards in query order."""
+    n = len(body.query)
+    for name, col in (("prompts", body.prompts), ("labels", body.labels)):
+        if col is not None and len(col) != n:
+            raise ApiError(422, "length_mismatch", f"{name}: {len(col)} items but query has {n}", field=name)
+    rt = x_distrs_reward_type or getattr(st.settings, "compat_reward_type", None) or "math"
+    if rt not in st.table.reward_types:
+        raise ApiError(
+            422,
+            "unknown_reward_type",
+            f"X-DistRS-Reward-Type: {rt!r} is not served",
+            field="X-DistRS-Reward-Type",
+        )
+    if n == 0:
+        return JSONResponse({"rewards": [], "scores": [], "extra_logs": {}})
+    prompts: list[str | None] = list(body.prompts) if body.prompts else [None] * n
+    labels = body.labels or [None] * n
+    items = [
+        (rt, reward_payload(rt, response_text(q, p), lab))
+        for q, p, lab in zip(body.query, prompts, labels, strict=True)
+    ]
+    task = _header_id(x_distrs_task, "X-DistRS-Task", "openrlhf")
+    batch_id = _header_id(x_distrs_batch, "X-DistRS-Batch", "gr-" + uuid.uuid4().hex)
+    results = await run_batch(st, who, task, batch_id, items, _wait_s(x_distrs_timeout))
+    rewards = [float(r.score) for r in results]
+    extra_logs = {
+        "distrs_ok": [1.0 if r.status is Status.OK else 0.0 for r in results],
+        "distrs_internal_error": [1.0 if r.status is Status.INTERNAL_ERROR else 0.0 for r in results],
+    }
+    return JSONResponse({"rewards": rewards, "scores": rewards, "extra_logs": extra_logs})
