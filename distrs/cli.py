@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -74,7 +74,7 @@ def proxy(
     from distrs.proxy.app import create_app
 
     _setup_logging(log_level)
-    overrides = {
+    overrides: dict[str, Any] = {
         k: v for k, v in dict(host=host, port=port, redis_url=redis, pipelines_file=config).items() if v
     }
     if insecure:
@@ -107,7 +107,7 @@ def worker(
     from distrs.worker.proxy_client import HttpProxyClient
 
     _setup_logging(log_level)
-    overrides = {
+    overrides: dict[str, Any] = {
         k: v
         for k, v in dict(
             stage=stage, proxy_url=proxy, reward_types=reward_types, health_port=health_port
@@ -189,10 +189,10 @@ def demo(
     max_workers: Annotated[int, typer.Option(help="Most local workers per stage.")] = 6,
 ) -> None:
     """Bring the embedded service up, replay a short multi-tenant slice, print the table, stop."""
-    from distrs.local_service import run_demo
+    from distrs.replay.demo import demo_main
 
     _setup_logging("warning")
-    sys.exit(run_demo(speedup=speedup, max_workers=max_workers))
+    sys.exit(demo_main(speedup=speedup, max_workers=max_workers))
 
 
 def _mount(name: str, module: str, help_text: str) -> None:

@@ -170,9 +170,3 @@ def run_up(**kwargs: Any) -> None:
             print("draining workers...")
 
     asyncio.run(main())
-
-
-def run_demo(speedup: float = 20.0, max_workers: int = 6) -> int:
-    from distrs.replay.demo import demo_main
-
-    return demo_main(speedup=speedup, max_workers=max_workers)

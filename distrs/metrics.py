@@ -93,6 +93,12 @@ class Metrics:
             buckets=DECISION_BUCKETS,
             registry=r,
         )
+        self.planner_estimated_completion = Gauge(
+            "distrs_planner_batch_estimated_completion_timestamp_seconds",
+            "The planner's estimated earliest completion T (Eq. 1-2) of each active batch, Unix time",
+            ["task", "batch_id"],
+            registry=r,
+        )
         self.planner_decisions = Counter(
             "distrs_planner_decisions_total", "Scaling decisions made", ["trigger"], registry=r
         )

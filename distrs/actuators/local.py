@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from distrs.actuators.base import StageReplicas
 
@@ -50,7 +51,7 @@ class LocalActuator:
         env = {**os.environ, **self.env}
         if self.token:
             env["DISTRS_TOKEN"] = self.token
-        out = subprocess.DEVNULL
+        out: Any = subprocess.DEVNULL
         if self.log_dir:
             os.makedirs(self.log_dir, exist_ok=True)
             out = open(os.path.join(self.log_dir, f"worker-{stage}-{time.time_ns()}.log"), "ab")  # noqa: SIM115

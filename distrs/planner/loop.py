@@ -95,6 +95,9 @@ class Planner:
                 self.metrics.actuator_errors.labels(stage, type(exc).__name__).inc()
                 log.exception("actuator failed to scale %s to %d", stage, n)
             self.metrics.replicas_desired.labels(stage).set(n)
+        self.metrics.planner_estimated_completion.clear()
+        for (task, batch_id), t_est in decision.estimated_completion.items():
+            self.metrics.planner_estimated_completion.labels(task, batch_id).set(t_est)
         self._previous = dict(decision.replicas)
         self.last = decision
         self._last_trigger, self._last_took = trigger, took

@@ -61,7 +61,7 @@ def run_planner(
     proxy_url: str | None = None,
     pipelines_file: str | None = None,
 ) -> None:
-    overrides = {
+    overrides: dict[str, Any] = {
         k: v
         for k, v in dict(redis_url=redis_url, policy=policy, actuator=actuator, proxy_url=proxy_url).items()
         if v

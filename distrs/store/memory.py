@@ -36,7 +36,9 @@ class MemoryStore:
         history_batches: int = 8,
         default_batch_span_s: float = 600.0,
         max_events: int = 100_000,
+        result_ttl_s: float = 7 * 24 * 3600,
     ) -> None:
+        self.result_ttl_s = result_ttl_s
         self.policy = policy
         self.history_batches = history_batches
         self.default_batch_span_s = default_batch_span_s
@@ -81,7 +83,20 @@ class MemoryStore:
         return owner is None or owner == tenant
 
     # batches ---------------------------------------------------------------------------------
+    def _prune(self, now: float) -> None:
+        """Forget finished batches (and their requests) older than ``result_ttl_s``."""
+        old = [
+            k
+            for k, b in self._batches.items()
+            if b.completed_at is not None and b.completed_at < now - self.result_ttl_s
+        ]
+        for key in old:
+            for rid in self._batch_requests.pop(key, []):
+                self._requests.pop((key[0], rid), None)
+            del self._batches[key]
+
     async def register_batch(self, batch: BatchInfo, now: float) -> tuple[BatchInfo, bool]:
+        self._prune(now)
         if not self._owned(batch.tenant, batch.task):
             raise UnknownBatch(f"task {batch.task!r} not found", field="task")
         key = (batch.task, batch.batch_id)

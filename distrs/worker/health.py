@@ -16,6 +16,7 @@ def serve_health(
 ) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            body: dict[str, object]
             if self.path == "/healthz":
                 code, body = 200, {"status": "ok"}
             elif self.path == "/readyz":
