@@ -74,3 +74,18 @@ class PlannerSettings(StoreSettings):
     namespace: str = Field("default", description="Kubernetes namespace of the worker Deployments.")
     deployment_prefix: str = Field("distrs-worker-", description="Worker Deployment name = prefix+stage.")
     metrics_port: int = Field(9101, ge=0, le=65535, description="Port of the planner's /metrics.")
+    pipelines_file: str | None = Field(None, description="YAML overriding the built-in stages/types.")
+    kubeconfig: str | None = Field(
+        None, description="Kubeconfig path (default: in-cluster, then ~/.kube/config)."
+    )
+    leader_lease: str | None = Field(
+        None,
+        description="coordination.k8s.io Lease name for leader election (set when several planners run).",
+    )
+    leader_identity: str | None = Field(
+        None, description="This planner's identity in the Lease (default: hostname)."
+    )
+    api_timeout_s: float = Field(10.0, gt=0, description="Read timeout of one Kubernetes API call.")
+    leader_lease_duration_s: int = Field(
+        15, ge=5, description="Lease duration; a silent leader is replaced after it."
+    )

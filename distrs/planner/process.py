@@ -72,7 +72,7 @@ def run_planner(
             "distrs planner needs a shared store: --redis URL or DISTRS_REDIS_URL "
             "(the memory store lives inside one process; use `distrs up` for that)"
         )
-    table = load_pipelines(pipelines_file)
+    table = load_pipelines(pipelines_file or settings.pipelines_file)
     metrics = Metrics()
     start_http_server(settings.metrics_port, registry=metrics.registry)
     store = create_store(settings)

@@ -1,0 +1,128 @@
+{{/* Chart name, shortened to what a DNS label allows. */}}
+{{- define "distrs.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: "<release>-<chart>", or the release name alone when it already contains the chart name.
+Kept to 40 characters so "<fullname>-worker-<stage>" pod names stay valid.
+*/}}
+{{- define "distrs.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "distrs.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels every object carries. Call with (dict "ctx" $ "component" "proxy"). */}}
+{{- define "distrs.labels" -}}
+helm.sh/chart: {{ include "distrs.chart" .ctx }}
+{{ include "distrs.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: distrs
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select a component's pods. Call with (dict "ctx" $ "component" "proxy"). */}}
+{{- define "distrs.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "distrs.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+{{- with .stage }}
+distrs.io/stage: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* Image reference. Call with (dict "ctx" $ "image" <override map or nil>). */}}
+{{- define "distrs.image" -}}
+{{- $img := mergeOverwrite (deepCopy .ctx.Values.image) (.image | default dict) }}
+{{- printf "%s:%s" $img.repository (default .ctx.Chart.AppVersion $img.tag) }}
+{{- end }}
+
+{{- define "distrs.proxyName" -}}{{ include "distrs.fullname" . }}-proxy{{- end }}
+{{- define "distrs.plannerName" -}}{{ include "distrs.fullname" . }}-planner{{- end }}
+{{- define "distrs.redisName" -}}{{ include "distrs.fullname" . }}-redis{{- end }}
+{{- define "distrs.workerPrefix" -}}{{ include "distrs.fullname" . }}-worker-{{- end }}
+{{- define "distrs.leaseName" -}}{{ include "distrs.fullname" . }}-planner-leader{{- end }}
+
+{{- define "distrs.proxyUrl" -}}
+http://{{ include "distrs.proxyName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.proxy.service.port }}
+{{- end }}
+
+{{- define "distrs.serviceAccountName" -}}
+{{- default (include "distrs.plannerName" .) .Values.serviceAccount.name }}
+{{- end }}
+
+{{- define "distrs.authSecretName" -}}
+{{- default (printf "%s-auth" (include "distrs.fullname" .)) .Values.auth.existingSecret }}
+{{- end }}
+
+{{- define "distrs.redisSecretName" -}}
+{{- default (printf "%s-redis" (include "distrs.fullname" .)) .Values.redis.existingSecret }}
+{{- end }}
+
+{{- define "distrs.redisExternal" -}}
+{{- if or .Values.redis.external.url .Values.redis.external.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* Env entries that give a process DISTRS_REDIS_URL. */}}
+{{- define "distrs.redisEnv" -}}
+{{- if include "distrs.redisExternal" . }}
+- name: DISTRS_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (printf "%s-redis-url" (include "distrs.fullname" .)) .Values.redis.external.existingSecret }}
+      key: {{ .Values.redis.external.existingSecretKey }}
+{{- else }}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "distrs.redisSecretName" . }}
+      key: redis-password
+- name: DISTRS_REDIS_URL
+  value: "redis://:$(REDIS_PASSWORD)@{{ include "distrs.redisName" . }}.{{ .Release.Namespace }}.svc:6379/0"
+{{- end }}
+{{- end }}
+
+{{/* Pipelines override, mounted where DISTRS_PIPELINES_FILE points. */}}
+{{- define "distrs.pipelinesEnv" -}}
+{{- if .Values.pipelines }}
+- name: DISTRS_PIPELINES_FILE
+  value: /etc/distrs/pipelines.yaml
+{{- end }}
+{{- end }}
+{{- define "distrs.pipelinesMount" -}}
+{{- if .Values.pipelines }}
+- name: pipelines
+  mountPath: /etc/distrs
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- define "distrs.pipelinesVolume" -}}
+{{- if .Values.pipelines }}
+- name: pipelines
+  configMap:
+    name: {{ include "distrs.fullname" . }}-pipelines
+{{- end }}
+{{- end }}
+
+{{/* Stage values: workers.defaults overlaid with workers.stages.<name>. Call with (dict "ctx" $ "stage" $s). */}}
+{{- define "distrs.stageValues" -}}
+{{- $merged := mergeOverwrite (deepCopy .ctx.Values.workers.defaults) (deepCopy .stage) }}
+{{- toYaml $merged }}
+{{- end }}

@@ -1,0 +1,219 @@
+"""Every PromQL expression of the Grafana dashboard returns data from a real Prometheus.
+
+A real ``prometheus`` (the Debian package) scrapes a live proxy (with real workers) and a live
+``distrs planner`` process, both over a real redis-server, while a short synthetic replay runs:
+three batches of one task (some requests failing at compile), plus one request whose lease a
+"ghost" worker takes and abandons so a lease expires. Each dashboard expression is then run as a
+range query over the replay window, with the dashboard's variables filled in the way Grafana
+would, and must give at least one finite value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from distrs import dashboards
+from tests.fixtures.service import WORKER, free_port, running_service, wait_http
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+NAMESPACE = "distrs-test"
+
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason="prometheus binary not installed"),
+    pytest.mark.timeout(120),
+    pytest.mark.slow,  # ~30 s: five processes start, three batches 2 s apart, a 5 s lease expiry
+]
+
+
+@contextlib.contextmanager
+def prometheus(targets: dict[str, str]) -> Iterator[str]:
+    """Prometheus on an ephemeral port scraping ``targets`` (job -> host:port) every second."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="distrs-prom-") as tmp:
+        jobs = "".join(
+            f"""
+  - job_name: {job}
+    static_configs:
+      - targets: ["{target}"]
+        labels: {{namespace: {NAMESPACE}}}"""
+            for job, target in targets.items()
+        )
+        cfg = Path(tmp) / "prometheus.yml"
+        cfg.write_text(f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:{jobs}\n")
+        log = open(Path(tmp) / "prometheus.log", "wb")  # noqa: SIM115  (closed below)
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={tmp}/data",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_http(f"{url}/-/ready", timeout_s=30, proc=proc)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            log.close()
+
+
+@contextlib.contextmanager
+def planner_process(redis_url: str, proxy_url: str, metrics_port: int, workdir: Path) -> Iterator[None]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISTRS_")}
+    env.update(
+        {
+            "DISTRS_METRICS_PORT": str(metrics_port),
+            "DISTRS_POLICY": "static",  # no local workers of its own: the fixture's workers serve
+            "DISTRS_STATIC_REPLICAS": "0",
+            "DISTRS_INTERVAL_S": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    log = open(workdir / "planner.log", "wb")  # noqa: SIM115
+    cmd = [sys.executable, "-m", "distrs.cli", "planner", "--redis", redis_url, "--actuator", "local"]
+    proc = subprocess.Popen([*cmd, "--proxy", proxy_url], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{metrics_port}/metrics", timeout_s=30, proc=proc)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+def replay(client: httpx.Client, ghost: httpx.Client) -> None:
+    """Three batches of task-a (ok and compile_error results) and an abandoned lease on task-b.
+
+    Batches are 2 s apart so Prometheus scrapes between them: a counter or histogram series is
+    born at its first observation, and rate() needs a later increase to be non-zero.
+    """
+    client.post("/v1/batches", json={"task": "task-b", "batch_id": "b0", "size": 1, "reward_type": "math"})
+    r = client.post(
+        "/v1/requests",
+        json={
+            "task": "task-b",
+            "batch_id": "b0",
+            "request_id": "m0",
+            "reward_type": "math",
+            "payload": {"completion": "The answer is $4$.", "ground_truth": "4"},
+        },
+    )
+    assert r.status_code == 202, r.text
+    lease = ghost.post("/v1/leases", json={"stage": "verify", "worker_id": "ghost-1", "wait_s": 5})
+    assert lease.status_code == 200, lease.text  # taken and never heartbeated: it will expire
+
+    for b in range(3):
+        if b:
+            time.sleep(2.0)
+        batch = f"b{b}"
+        r = client.post(
+            "/v1/batches", json={"task": "task-a", "batch_id": batch, "size": 8, "reward_type": "synthetic"}
+        )
+        assert r.status_code in (200, 201), r.text
+        requests = [
+            {
+                "task": "task-a",
+                "batch_id": batch,
+                "request_id": f"{batch}-r{i}",
+                "reward_type": "synthetic",
+                "payload": {
+                    "durations": {"compile": 0.05 + 0.02 * i, "execute": 0.1},
+                    "fail_stage": "compile" if i % 4 == 3 else None,
+                    "status": "compile_error" if i % 4 == 3 else "ok",
+                },
+            }
+            for i in range(8)
+        ]
+        r = client.post("/v1/requests", json={"requests": requests})
+        assert r.status_code == 202, r.text
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            r = client.get(f"/v1/batches/task-a/{batch}/results", params={"wait_s": 5})
+            assert r.status_code == 200, r.text
+            if r.json()["complete"]:
+                break
+        else:
+            raise AssertionError(f"batch {batch} did not complete")
+        statuses = sorted(x["status"] for x in r.json()["results"])
+        assert statuses.count("compile_error") == 2 and statuses.count("ok") == 6
+
+
+def fill(expr: str) -> str:
+    return expr.replace("$namespace", NAMESPACE).replace("$task", ".*").replace("$__rate_interval", "15s")
+
+
+def has_data(result: list[dict[str, Any]]) -> bool:
+    return any(not math.isnan(float(v)) for series in result for _, v in series.get("values", []))
+
+
+def missing_data(prom: str, exprs: list[str], start: float, timeout_s: float) -> list[str]:
+    """Expressions with no finite value over [start, now], polled until none is left or time runs out."""
+    missing = list(exprs)
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=prom, timeout=10) as api:
+        while missing and time.monotonic() < deadline:
+            time.sleep(1.0)
+            still = []
+            for expr in missing:
+                params: dict[str, str | float] = {
+                    "query": fill(expr),
+                    "start": start,
+                    "end": time.time(),
+                    "step": "1",
+                }
+                r = api.get("/api/v1/query_range", params=params)
+                assert r.status_code == 200, f"{expr}: {r.text}"
+                if not has_data(r.json()["data"]["result"]):
+                    still.append(expr)
+            missing = still
+    return missing
+
+
+def test_every_dashboard_expression_returns_data(fresh_redis_server: Any) -> None:
+    exprs = dashboards.expressions(dashboards.build())
+    assert len(exprs) >= 15
+    metrics_port = free_port()
+    with (
+        running_service(workers={"compile": 1, "execute": 1}, redis_url=fresh_redis_server.url) as svc,
+        planner_process(fresh_redis_server.url, svc.url, metrics_port, svc.workdir),
+    ):
+        targets = {"distrs-proxy": f"127.0.0.1:{svc.port}", "distrs-planner": f"127.0.0.1:{metrics_port}"}
+        with prometheus(targets) as prom, svc.client() as client, svc.client(WORKER) as ghost:
+            start = time.time()
+            replay(client, ghost)
+            missing = missing_data(prom, exprs, start, timeout_s=20)  # lease TTL (5 s) + a few scrapes
+            up = httpx.get(f"{prom}/api/v1/query", params={"query": "up"}).json()["data"]["result"]
+            expired = httpx.get(
+                f"{prom}/api/v1/query",
+                params={"query": 'max_over_time(distrs_lease_expiries_total{stage="verify"}[1m])'},
+            ).json()["data"]["result"]
+        assert {s["metric"]["job"]: s["value"][1] for s in up} == {"distrs-proxy": "1", "distrs-planner": "1"}
+        assert missing == [], "no data for:\n" + "\n".join(missing) + "\n" + svc.logs()[-3000:]
+        assert expired and float(expired[0]["value"][1]) >= 1, "the ghost's abandoned lease was not counted"

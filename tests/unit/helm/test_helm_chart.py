@@ -1,0 +1,374 @@
+"""The Helm chart, rendered by the real Helm engine for the defaults and several value sets.
+
+Every case must lint without errors, pass the chart's values.schema.json and yield objects that
+validate strictly against the Kubernetes schema; then each case checks what it is about.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.unit.helm.chart_render import CHART, NAMESPACE, env_of, find, one, pod_specs, render, validate
+
+helm = pytest.importorskip("helm_python")
+
+F = "rel-distrs"
+PIPELINES = Path(__file__).resolve().parents[3] / "distrs" / "core" / "default_pipelines.yaml"
+
+CASES: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "external-redis": {"redis": {"enabled": False, "external": {"url": "rediss://:pw@redis.example:6380/0"}}},
+    "gpu-tolerations": {
+        "workers": {
+            "stages": {
+                "execute": {
+                    "gpus": 2,
+                    "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+                    "tolerations": [
+                        {
+                            "key": "nvidia.com/gpu",
+                            "operator": "Equal",
+                            "value": "present",
+                            "effect": "NoSchedule",
+                        }
+                    ],
+                }
+            }
+        }
+    },
+    "monitoring": {
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}}
+    },
+    "gvisor": {
+        "workers": {
+            "stages": {"run": {"runtimeClassName": "gvisor"}, "compile": {"runtimeClassName": "gvisor"}}
+        }
+    },
+    "ingress": {
+        "proxy": {
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "hosts": [{"host": "rewards.example.com"}],
+                "tls": [{"secretName": "rewards-tls", "hosts": ["rewards.example.com"]}],
+            }
+        }
+    },
+    "planner-ha": {"planner": {"replicas": 2}},
+    "tokens-and-pipelines": {
+        "auth": {"trainers": [{"token": "t" * 24, "tenant": "team-a"}], "workerToken": "w" * 24},
+        "pipelines": yaml.safe_load(PIPELINES.read_text()),
+        "networkPolicy": {"proxyIngressFrom": [{"namespaceSelector": {"matchLabels": {"team": "rl"}}}]},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def chart() -> Any:
+    with helm.Chart.load(CHART) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def rendered(chart: Any) -> dict[str, list[dict[str, Any]]]:
+    return {name: render(values, chart=chart) for name, values in CASES.items()}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_case_lints_passes_schema_and_validates(chart: Any, rendered: dict[str, Any], case: str) -> None:
+    report = helm.lint(CHART, CASES[case], namespace=NAMESPACE)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    chart.validate_schema(CASES[case])
+    objs = rendered[case]
+    assert len(objs) > 10
+    for obj in objs:
+        validate(obj)
+    names = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    assert len(names) == len(set(names)), "duplicate objects"
+    for o in objs:
+        assert o["metadata"]["labels"]["app.kubernetes.io/instance"] == "rel"
+        assert o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_defaults_objects(rendered: dict[str, Any]) -> None:
+    objs = rendered["defaults"]
+    for kind, name in [
+        ("Deployment", f"{F}-proxy"),
+        ("Service", f"{F}-proxy"),
+        ("PodDisruptionBudget", f"{F}-proxy"),
+        ("Deployment", f"{F}-planner"),
+        ("ServiceAccount", f"{F}-planner"),
+        ("Role", f"{F}-planner"),
+        ("RoleBinding", f"{F}-planner"),
+        ("StatefulSet", f"{F}-redis"),
+        ("Secret", f"{F}-auth"),
+        ("Secret", f"{F}-redis"),
+        ("ConfigMap", f"{F}-dashboard"),
+        ("NetworkPolicy", f"{F}-workers"),
+        ("Pod", f"{F}-test"),
+    ]:
+        one(objs, kind, name)
+    workers = sorted(
+        o["metadata"]["name"] for o in find(objs, "Deployment") if "-worker-" in o["metadata"]["name"]
+    )
+    assert workers == [f"{F}-worker-{s}" for s in ("compile", "execute", "run", "verify")]
+    assert find(objs, "Ingress") == [] and find(objs, "ServiceMonitor") == []
+    test_pod = one(objs, "Pod", f"{F}-test")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+
+
+def test_services_select_their_pods(rendered: dict[str, Any]) -> None:
+    objs = rendered["defaults"]
+    for svc in find(objs, "Service"):
+        sel = svc["spec"]["selector"]
+        owners = [
+            o
+            for o in objs
+            if o["kind"] in ("Deployment", "StatefulSet")
+            and sel.items() <= o["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert len(owners) == 1, svc["metadata"]["name"]
+        ports = {
+            p["name"] for c in owners[0]["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])
+        }
+        assert {p["targetPort"] for p in svc["spec"]["ports"]} <= ports
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_pods_are_hardened(rendered: dict[str, Any], case: str) -> None:
+    for where, spec in pod_specs(rendered[case]):
+        psc = spec["securityContext"]
+        assert psc["runAsNonRoot"] is True, where
+        assert psc["seccompProfile"]["type"] == "RuntimeDefault", where
+        mounts_ok = {
+            v["name"] for v in spec.get("volumes", []) if "emptyDir" in v or "persistentVolumeClaim" in v
+        }
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["capabilities"]["drop"] == ["ALL"], where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["readOnlyRootFilesystem"] is True, where
+            tmp = [m for m in c.get("volumeMounts", []) if m["mountPath"] == "/tmp"]
+            assert tmp and tmp[0]["name"] in mounts_ok, f"{where}: no writable /tmp"
+        planner = "planner" in where
+        assert spec["automountServiceAccountToken"] is planner, where
+        # Pod Security Standards, "restricted" profile: nothing from the host, non-root user.
+        assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), where
+        assert all(
+            set(v) & {"emptyDir", "configMap", "secret", "persistentVolumeClaim", "name"} == set(v)
+            for v in spec.get("volumes", [])
+        ), where
+        assert psc.get("runAsUser", 1) != 0, where
+        for c in spec["containers"]:
+            assert not c["securityContext"].get("privileged"), where
+            assert set(c["securityContext"]["capabilities"].get("add", [])) <= {"NET_BIND_SERVICE"}, where
+
+
+def test_workers_match_pipeline_stages(rendered: dict[str, Any]) -> None:
+    stages = yaml.safe_load(PIPELINES.read_text())["stages"]
+    objs = rendered["defaults"]
+    for name, stage in stages.items():
+        dep = one(objs, "Deployment", f"{F}-worker-{name}")
+        spec = dep["spec"]["template"]["spec"]
+        assert spec["terminationGracePeriodSeconds"] >= stage["timeout_s"]
+        c = spec["containers"][0]
+        assert c["command"][:4] == ["distrs", "worker", "--stage", name]
+        assert c["resources"]["requests"]["cpu"] == stage["resources"]["cpu"]
+        gpus = c["resources"].get("limits", {}).get("nvidia.com/gpu", 0)
+        assert gpus == stage["resources"].get("gpus", 0)
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert env_of(c)["DISTRS_HEALTH_PORT"] == "8081"
+        assert dep["spec"]["replicas"] == 0
+        assert dep["spec"]["selector"]["matchLabels"]["distrs.io/stage"] == name
+
+
+def test_gpu_stage_gets_gpus_node_selector_and_tolerations(rendered: dict[str, Any]) -> None:
+    spec = one(rendered["gpu-tolerations"], "Deployment", f"{F}-worker-execute")["spec"]["template"]["spec"]
+    assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+    # Helm merges maps: the default GPU label stays unless set to null.
+    assert spec["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
+        "nvidia.com/gpu.present": "true",
+    }
+    assert spec["tolerations"][0]["value"] == "present"
+    cpu = one(rendered["gpu-tolerations"], "Deployment", f"{F}-worker-compile")["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in cpu["containers"][0]["resources"].get("limits", {})
+    assert "tolerations" not in cpu and "nodeSelector" not in cpu
+
+
+def test_redis_statefulset_has_pvc_and_aof(rendered: dict[str, Any]) -> None:
+    sts = one(rendered["defaults"], "StatefulSet", f"{F}-redis")
+    args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "8Gi"
+    proxy = one(rendered["defaults"], "Deployment", f"{F}-proxy")["spec"]["template"]["spec"]["containers"][0]
+    assert f"{F}-redis.{NAMESPACE}.svc:6379" in env_of(proxy)["DISTRS_REDIS_URL"]
+
+
+def test_external_redis_replaces_statefulset(rendered: dict[str, Any]) -> None:
+    objs = rendered["external-redis"]
+    assert find(objs, "StatefulSet") == [] and find(objs, "NetworkPolicy", f"{F}-redis") == []
+    secret = one(objs, "Secret", f"{F}-redis-url")
+    import base64
+
+    assert base64.b64decode(secret["data"]["redis-url"]).decode() == "rediss://:pw@redis.example:6380/0"
+    for dep in (f"{F}-proxy", f"{F}-planner"):
+        c = one(objs, "Deployment", dep)["spec"]["template"]["spec"]["containers"][0]
+        assert env_of(c)["DISTRS_REDIS_URL"] == {
+            "secretKeyRef": {"name": f"{F}-redis-url", "key": "redis-url"}
+        }
+
+
+def test_service_monitors_point_at_existing_ports(rendered: dict[str, Any]) -> None:
+    objs = rendered["monitoring"]
+    monitors = find(objs, "ServiceMonitor")
+    assert len(monitors) == 2
+    for sm in monitors:
+        assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        sel = sm["spec"]["selector"]["matchLabels"]
+        services = [s for s in find(objs, "Service") if sel.items() <= s["metadata"]["labels"].items()]
+        assert len(services) == 1
+        assert sm["spec"]["endpoints"][0]["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
+
+
+def test_gvisor_runtime_class_only_where_asked(rendered: dict[str, Any]) -> None:
+    got = {
+        o["metadata"]["name"]: o["spec"]["template"]["spec"].get("runtimeClassName")
+        for o in find(rendered["gvisor"], "Deployment")
+    }
+    assert got[f"{F}-worker-run"] == "gvisor" and got[f"{F}-worker-compile"] == "gvisor"
+    assert got[f"{F}-worker-execute"] is None and got[f"{F}-proxy"] is None
+
+
+def test_ingress_routes_to_proxy_service(rendered: dict[str, Any]) -> None:
+    ing = one(rendered["ingress"], "Ingress", f"{F}-proxy")
+    assert ing["spec"]["ingressClassName"] == "nginx"
+    backend = ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    svc = one(rendered["ingress"], "Service", backend["name"])
+    assert backend["port"]["name"] in {p["name"] for p in svc["spec"]["ports"]}
+
+
+def test_planner_ha_turns_on_leader_election(rendered: dict[str, Any]) -> None:
+    single = one(rendered["defaults"], "Deployment", f"{F}-planner")
+    assert "DISTRS_LEADER_LEASE" not in env_of(single["spec"]["template"]["spec"]["containers"][0])
+    assert single["spec"]["strategy"]["type"] == "Recreate"
+    ha = one(rendered["planner-ha"], "Deployment", f"{F}-planner")
+    env = env_of(ha["spec"]["template"]["spec"]["containers"][0])
+    role = one(rendered["planner-ha"], "Role", f"{F}-planner")
+    lease_rules = [r for r in role["rules"] if r.get("resourceNames") and "leases" in r["resources"]]
+    assert lease_rules[0]["resourceNames"] == [env["DISTRS_LEADER_LEASE"]]
+    assert env["DISTRS_LEADER_IDENTITY"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["DISTRS_DEPLOYMENT_PREFIX"] == f"{F}-worker-"
+
+
+def test_tokens_secret_and_pipelines_override(rendered: dict[str, Any]) -> None:
+    import base64
+
+    objs = rendered["tokens-and-pipelines"]
+    data = one(objs, "Secret", f"{F}-auth")["data"]
+    tokens = base64.b64decode(data["tokens"]).decode().split(",")
+    assert f"{'w' * 24}:worker" in tokens and f"{'t' * 24}:trainer:team-a" in tokens
+    assert any(t.endswith(":admin") for t in tokens)
+    cm = one(objs, "ConfigMap", f"{F}-pipelines")
+    assert yaml.safe_load(cm["data"]["pipelines.yaml"]) == yaml.safe_load(PIPELINES.read_text())
+    for dep in find(objs, "Deployment"):
+        c = dep["spec"]["template"]["spec"]["containers"][0]
+        if dep["metadata"]["name"].endswith("-planner"):  # PlannerSettings has no pipelines_file: --config
+            assert c["args"] == ["--config", "/etc/distrs/pipelines.yaml"]
+        else:
+            assert env_of(c)["DISTRS_PIPELINES_FILE"] == "/etc/distrs/pipelines.yaml"
+        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+        assert mounts["pipelines"] == "/etc/distrs"
+    proxy_np = one(objs, "NetworkPolicy", f"{F}-proxy")
+    assert proxy_np["spec"]["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {"team": "rl"}}}]
+
+
+def test_worker_network_policy_allows_only_proxy_and_dns(rendered: dict[str, Any]) -> None:
+    objs = rendered["defaults"]
+    np = one(objs, "NetworkPolicy", f"{F}-workers")
+    assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    proxy_labels = one(objs, "Deployment", f"{F}-proxy")["spec"]["template"]["metadata"]["labels"]
+    egress = np["spec"]["egress"]
+    assert len(egress) == 2
+    peer = egress[0]["to"][0]["podSelector"]["matchLabels"]
+    assert peer.items() <= proxy_labels.items()
+    assert egress[0]["ports"] == [{"protocol": "TCP", "port": 8000}]
+    assert {p["port"] for p in egress[1]["ports"]} == {53}
+    selected = [
+        o["metadata"]["name"]
+        for o in find(objs, "Deployment")
+        if np["spec"]["podSelector"]["matchLabels"].items()
+        <= o["spec"]["template"]["metadata"]["labels"].items()
+    ]
+    assert sorted(selected) == [f"{F}-worker-{s}" for s in ("compile", "execute", "run", "verify")]
+    redis_np = one(objs, "NetworkPolicy", f"{F}-redis")
+    assert redis_np["spec"]["egress"] == []
+
+
+def test_dashboard_configmap_is_the_generated_dashboard(rendered: dict[str, Any]) -> None:
+    from distrs import dashboards
+
+    cm = one(rendered["defaults"], "ConfigMap", f"{F}-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads(cm["data"]["distrs.json"])
+    assert shipped == dashboards.build(), (
+        "regenerate: python -m distrs.dashboards deploy/helm/distrs/dashboards/distrs.json"
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"workers": {"stages": {"compile": {"resourceClass": "tpu"}}}}, "resourceClass"),
+        ({"workers": {"stages": {"Bad_Stage": {"resourceClass": "cpu", "timeoutSeconds": 5}}}}, "Bad_Stage"),
+        ({"redis": {"external": {"url": "http://nope"}}}, "url"),
+        ({"proxy": {"queuePolicy": "lifo"}}, "queuePolicy"),
+        ({"planner": {"replicas": 0}}, "replicas"),
+        ({"workers": {"stages": {"x": {"enabled": True}}}}, "resourceClass"),
+    ],
+)
+def test_schema_rejects_bad_values_naming_the_field(chart: Any, values: dict[str, Any], field: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as err:
+        chart.validate_schema(values)
+    assert field in str(err.value)
+
+
+def test_every_distrs_env_var_is_a_real_setting(rendered: dict[str, Any]) -> None:
+    """A DISTRS_* variable the settings do not declare would be silently ignored (extra=ignore)."""
+    from distrs.config import PlannerSettings, ProxySettings, WorkerSettings
+
+    def fields(*classes: Any) -> set[str]:
+        return {f"DISTRS_{name.upper()}" for cls in classes for name in cls.model_fields}
+
+    allowed = {
+        "proxy": fields(ProxySettings),
+        "planner": fields(PlannerSettings),
+        "worker": fields(WorkerSettings),
+    }
+    seen = 0
+    for case in ("defaults", "planner-ha", "tokens-and-pipelines"):
+        for dep in find(rendered[case], "Deployment"):
+            component = dep["metadata"]["labels"]["app.kubernetes.io/component"]
+            for c in dep["spec"]["template"]["spec"]["containers"]:
+                for name in env_of(c):
+                    if name.startswith("DISTRS_"):
+                        seen += 1
+                        assert name in allowed[component], f"{dep['metadata']['name']}: {name}"
+    assert seen > 40
+
+
+def test_notes_tell_how_to_reach_the_proxy_and_read_tokens(chart: Any) -> None:
+    notes = chart.render({}, name="rel", namespace=NAMESPACE)["distrs/templates/NOTES.txt"]
+    assert f"http://{F}-proxy.{NAMESPACE}.svc:8000" in notes
+    assert f"get secret {F}-auth" in notes and "auth.trainers" in notes
+    assert f"{F}-worker-execute  (gpu, timeout 60s)" in notes
+    insecure = chart.render({"auth": {"insecure": True}}, name="rel", namespace=NAMESPACE)[
+        "distrs/templates/NOTES.txt"
+    ]
+    assert "WARNING" in insecure

@@ -1,0 +1,88 @@
+"""The Grafana dashboard: every query names a metric the service exports, parses as PromQL, and
+uses the namespace/task variables the dashboard defines."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from distrs import dashboards
+from distrs.metrics import Metrics
+
+METRIC = re.compile(r"\b(distrs_[a-z_]+)")
+
+
+def exported_names() -> set[str]:
+    names = set()
+    for family in Metrics().registry.collect():
+        names.add(family.name)
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        if family.type == "histogram":
+            names |= {family.name + s for s in ("_bucket", "_sum", "_count")}
+    return names
+
+
+def test_every_query_uses_exported_metrics() -> None:
+    exprs = dashboards.expressions(dashboards.build())
+    exported = exported_names()
+    used = {m for e in exprs for m in METRIC.findall(e)}
+    assert used and used <= exported, used - exported
+    for family in (
+        "distrs_queue_depth",
+        "distrs_worker_replicas_desired",
+        "distrs_worker_replicas_ready",
+        "distrs_worker_seconds_allocated_total",
+        "distrs_worker_seconds_busy_total",
+        "distrs_batch_extra_delay_seconds_bucket",
+        "distrs_batch_estimated_span_seconds",
+        "distrs_batch_actual_span_seconds",
+        "distrs_stage_run_seconds_bucket",
+        "distrs_requests_finished_total",
+        "distrs_planner_decision_seconds_bucket",
+        "distrs_lease_expiries_total",
+    ):
+        assert family in used, f"the dashboard does not show {family}"
+    assert any("histogram_quantile(0.99" in e and "extra_delay" in e for e in exprs)
+    assert any("histogram_quantile" in e and "stage_run_seconds" in e for e in exprs)
+
+
+def test_variables_and_layout() -> None:
+    d = dashboards.build()
+    names = {v["name"] for v in d["templating"]["list"]}
+    assert {"namespace", "task", "datasource"} <= names
+    for e in dashboards.expressions(d):
+        assert 'namespace=~"$namespace"' in e
+    task_panels = [e for e in dashboards.expressions(d) if "task" in e and "by (task" in e]
+    assert task_panels and all('task=~"$task"' in e for e in task_panels)
+    ids = [p["id"] for p in d["panels"]]
+    assert len(ids) == len(set(ids))
+    cells = set()
+    for p in d["panels"]:
+        g = p["gridPos"]
+        for dy in range(g["h"]):
+            for dx in range(g["w"]):
+                cell = (g["x"] + dx, g["y"] + dy)
+                assert cell not in cells, f"panel {p['title']} overlaps another"
+                cells.add(cell)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_queries_parse_as_promql(tmp_path: Path) -> None:
+    """promtool checks each expression as a recording rule (Grafana's variables filled in)."""
+    exprs = dashboards.expressions(dashboards.build())
+    rules = ["groups:", "  - name: dashboard", "    rules:"]
+    for i, e in enumerate(exprs):
+        filled = e.replace("$namespace", ".*").replace("$task", ".*").replace("$__rate_interval", "1m")
+        rules += [f"      - record: distrs:dashboard_{i}", f"        expr: '{filled}'"]
+    path = tmp_path / "rules.yml"
+    path.write_text("\n".join(rules) + "\n")
+    out = subprocess.run(
+        ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{len(exprs)} rules found" in out.stdout
