@@ -8,6 +8,9 @@ import typer
 from pydantic_settings import BaseSettings
 
 from distrs.config import PlannerSettings, ProxySettings, StoreSettings, WorkerSettings
+from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.math_reward import MathSettings
+from distrs.sandbox.settings import SandboxSettings
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -16,6 +19,9 @@ SECTIONS: list[tuple[str, type[BaseSettings]]] = [
     ("Proxy (`distrs proxy`, `distrs up`)", ProxySettings),
     ("Worker (`distrs worker`)", WorkerSettings),
     ("Planner (`distrs planner`, `distrs up`)", PlannerSettings),
+    ("Sandbox (workers)", SandboxSettings),
+    ("Judged reward types: cpp, python, cuda (workers)", JudgeSettings),
+    ("Math reward type (workers)", MathSettings),
 ]
 
 
@@ -31,11 +37,15 @@ def render() -> str:
     for title, cls in SECTIONS:
         rows = []
         for name, f in cls.model_fields.items():
-            env = f"DISTRS_{name.upper()}"
+            prefix = str(cls.model_config.get("env_prefix") or "DISTRS_")
+            env = f"{prefix}{name.upper()}"
             if (env, title) in seen or (cls is not StoreSettings and name in StoreSettings.model_fields):
                 continue
             seen.add((env, title))
-            default = f.default if f.default is not None else ""
+            if f.default_factory is not None:
+                default: object = f.default_factory()  # type: ignore[call-arg]
+            else:
+                default = f.default if f.default is not None else ""
             default_s = getattr(default, "value", default)
             desc = (f.description or "").replace("|", "\\|")
             rows.append(f"| `{env}` | `{default_s}` | {desc} |")

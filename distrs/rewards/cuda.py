@@ -1,0 +1,180 @@
+"""The ``cuda`` reward type: ``compile`` (nvcc, CPU worker) then ``execute`` (one owned GPU).
+
+The compile stage runs ``nvcc`` in the sandbox and ships the binary as the ``binary`` artifact
+(base64; binaries over ``MAX_BINARY_BYTES`` are a compile error, so artifacts stay under the
+16 MiB lease limit). The execute stage runs it once per test case with the GPU device nodes
+bound into the jail and ``CUDA_VISIBLE_DEVICES`` passed through (the worker owns exactly one
+GPU), judges outputs like ``cpp`` and records each case's wall time.
+
+Score (documented in docs/sandbox.md)::
+
+    correctness = fraction of cases passed (or 0/1 with scoring="all")
+    speedup     = reference_time_s / median wall time of the passed cases
+    score       = correctness * (1/2 + 1/2 * min(speedup / speedup_cap, 1))   if reference_time_s
+    score       = correctness                                                 otherwise
+
+so a correct program scores at least 1/2 and reaches 1 at ``speedup_cap`` (default 2) times
+the reference speed; an incorrect one never beats a correct one of the same speed.
+
+Without a GPU the execute handler's ``ready()`` is false with the reason, so the worker does
+not lease execute work instead of failing it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import statistics
+
+from distrs.core.model import Status
+from distrs.rewards.base import StageInput, StageOutput, register
+from distrs.rewards.judge import (
+    InvalidPayload,
+    JudgedPayload,
+    JudgeSettings,
+    Verdict,
+    case_details,
+    case_limits,
+    compile_program,
+    decode_binary,
+    encode_binary,
+    judge_settings,
+    parse_payload,
+    raw_run,
+    run_tests,
+    score_of,
+    shared_sandbox,
+    stage_budget,
+)
+from distrs.sandbox import Limits, MemoryKind, Mounts, Sandbox
+from distrs.sandbox.jail import JAIL_WORKDIR
+
+SOURCE = "main.cu"
+BINARY = "prog"
+
+
+def cuda_score(correctness: float, speedup: float | None, cap: float) -> float:
+    """correctness * (1/2 + 1/2 * min(speedup / cap, 1)); plain correctness without a speedup."""
+    if speedup is None:
+        return correctness
+    return correctness * (0.5 + 0.5 * min(max(speedup, 0.0) / cap, 1.0))
+
+
+def speed_of(v: Verdict, p: JudgedPayload) -> tuple[float | None, float | None]:
+    """(median wall time of the passed cases, speedup over the reference) where known."""
+    times = [c.time_s for c in v.cases if c.status is Status.OK]
+    if not times:
+        return None, None
+    t = statistics.median(times)
+    if p.reference_time_s is None or t <= 0:
+        return t, None
+    return t, p.reference_time_s / t
+
+
+def gpu_devices(dev: str = "/dev") -> list[str]:
+    """The NVIDIA GPU device nodes visible to this worker (``/dev/nvidia0`` ...)."""
+    return sorted(p for p in glob.glob(os.path.join(dev, "nvidia[0-9]*")) if p[len(dev) + 7 :].isdigit())
+
+
+def gpu_mounts(dev: str = "/dev") -> Mounts:
+    """Device nodes the CUDA runtime opens, plus /sys it reads; all other devices stay hidden."""
+    nodes = [*gpu_devices(dev), *glob.glob(os.path.join(dev, "nvidia-*")), os.path.join(dev, "nvidiactl")]
+    nodes += glob.glob(os.path.join(dev, "nvidia-caps", "*"))
+    return Mounts(dev_paths=tuple(sorted(set(nodes))), sys=True)
+
+
+class CompileHandler:
+    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
+        self._sandbox = sandbox
+        self._settings = settings or judge_settings()
+
+    def ready(self) -> tuple[bool, str]:
+        return True, ""
+
+    def run(self, inp: StageInput) -> StageOutput:
+        try:
+            p = parse_payload(inp.payload, self._settings)
+        except InvalidPayload as e:
+            return e.output()
+        sandbox = self._sandbox or shared_sandbox()
+        timeout = min(self._settings.compile_time_s, stage_budget(inp))
+        with sandbox.session() as s:
+            s.write_file(SOURCE, p.code.encode())
+            argv = [self._settings.nvcc, *self._settings.nvcc_flags, "-o", BINARY, SOURCE]
+            # nvcc's intermediate files go to the work dir (disk, FSIZE-limited), not the tmpfs.
+            failed, binary, r = compile_program(
+                s,
+                argv,
+                BINARY,
+                timeout_s=timeout,
+                memory_mb=max(self._settings.compile_memory_mb, 8192),
+                env={"TMPDIR": JAIL_WORKDIR},
+            )
+        if failed is not None:
+            return failed
+        assert binary is not None
+        return StageOutput.next({"binary": encode_binary(binary), "compile_s": f"{r.wall_s:.3f}"})
+
+
+class ExecuteHandler:
+    def __init__(
+        self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None, dev: str = "/dev"
+    ) -> None:
+        self._sandbox = sandbox
+        self._settings = settings or judge_settings()
+        self._dev = dev
+
+    def ready(self) -> tuple[bool, str]:
+        gpus = gpu_devices(self._dev)
+        if not gpus:
+            return False, f"no NVIDIA GPU on this worker (no {self._dev}/nvidia<N> device)"
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if len(gpus) > 1 and (visible is None or "," in visible):
+            return False, (
+                f"worker sees {len(gpus)} GPUs; an execute worker must own exactly one "
+                "(set CUDA_VISIBLE_DEVICES to one device)"
+            )
+        return True, ""
+
+    def run(self, inp: StageInput) -> StageOutput:
+        ok, why = self.ready()
+        if not ok:
+            # A worker that is not ready should never lease; if it did, it is not the model's fault.
+            return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=why)
+        try:
+            p = parse_payload(inp.payload, self._settings)
+        except InvalidPayload as e:
+            return e.output()
+        encoded = inp.artifacts.get("binary")
+        if not encoded:
+            return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error="no 'binary' artifact from compile")
+        sandbox = self._sandbox or shared_sandbox()
+        # CUDA reserves huge virtual ranges: limit writable memory (RLIMIT_DATA), not address space.
+        limits = case_limits(p, self._settings, Limits(memory_kind=MemoryKind.DATA))
+        env = {}
+        if "CUDA_VISIBLE_DEVICES" in os.environ:
+            env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+        with sandbox.session() as s:
+            s.write_file(BINARY, decode_binary(encoded), executable=True)
+            v = run_tests(
+                s, ["./" + BINARY], p, limits, stage_budget(inp), env=env, mounts=gpu_mounts(self._dev)
+            )
+        correctness = score_of(v, p)
+        t, speedup = speed_of(v, p)
+        return StageOutput.final(
+            v.status,
+            cuda_score(correctness, speedup, p.speedup_cap),
+            passed=v.passed,
+            total=v.total,
+            correctness=correctness,
+            run_time_s=t,
+            reference_time_s=p.reference_time_s,
+            speedup=speedup,
+            tests=case_details(v),
+            isolation=sandbox.isolation,
+            **({"run": raw_run(v.first_run)} if p.mode == "raw" and v.first_run is not None else {}),
+        )
+
+
+register("cuda", "compile")(CompileHandler)
+register("cuda", "execute")(ExecuteHandler)

@@ -1,0 +1,404 @@
+"""Shared judging for the program reward types (``cpp``, ``python``, ``cuda``).
+
+It validates the payload (DESIGN.md "Command line": ``code``, ``tests``, ``compare``,
+``float_tol``, ``scoring``, ``reference_time_s``; plus optional ``time_limit_s`` and
+``memory_limit_mb`` per test, which may lower but never raise the stage's limits, and
+``mode: "raw"`` to also get the first case's full run in ``detail.run``), runs a
+program once per test case inside a sandbox session, compares outputs and scores the run.
+
+Time budget: the whole stage gets ``StageInput.timeout_s``; each test gets the smaller of its
+own limit and what is left of the stage budget, and the cases that no longer fit end
+``timeout`` without running. With ``scoring="all"`` judging stops at the first failure.
+
+Status of the request: ``ok`` when every case passes, otherwise the status of the first
+failing case (``wrong_answer``, ``runtime_error`` or ``timeout``). A sandbox failure raises
+``SandboxError`` and ends ``internal_error`` - never the model's fault.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from distrs.core.model import Status
+from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.compare import DEFAULT_FLOAT_TOL, Compare, outputs_match
+from distrs.sandbox import Limits, Mounts, RunResult, Sandbox, Session, Termination, create_sandbox
+
+MiB = 1 << 20
+SNIPPET_CHARS = 400
+# Artifacts travel base64-encoded; 16 MiB is the proxy's limit per lease.
+MAX_BINARY_BYTES = 11 * MiB
+
+
+class JudgeSettings(BaseSettings):
+    """Compilers, interpreters and default limits for judged types (``DISTRS_JUDGE_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="DISTRS_JUDGE_", extra="ignore")
+
+    cxx: str = Field(default="g++", description="C++ compiler.")
+    cxx_flags: list[str] = Field(
+        default_factory=lambda: ["-std=c++17", "-O2", "-pipe"], description="C++ compiler flags."
+    )
+    nvcc: str = Field(default="nvcc", description="CUDA compiler.")
+    nvcc_flags: list[str] = Field(
+        default_factory=lambda: [
+            "-O2",
+            "-gencode=arch=compute_80,code=[sm_80,compute_80]",
+            "-gencode=arch=compute_90,code=sm_90",
+        ],
+        description="nvcc flags (targets A100 and H100; PTX lets newer GPUs JIT).",
+    )
+    python: str = Field(default="", description="Interpreter for the python type; empty = the worker's own.")
+    compile_time_s: float = Field(default=60.0, gt=0, description="Compile wall limit (capped by the stage).")
+    compile_memory_mb: int = Field(default=4096, gt=0, description="Compiler address-space limit.")
+    test_time_s: float = Field(default=10.0, gt=0, description="Default wall limit per test case.")
+    memory_mb: int = Field(default=1024, gt=0, description="Default memory limit per test case.")
+    max_tests: int = Field(default=256, ge=1, description="Most test cases per request.")
+    max_code_bytes: int = Field(default=512 * 1024, ge=1, description="Largest accepted source.")
+    output_bytes: int = Field(default=4 * MiB, ge=1024, description="Captured stdout cap per test case.")
+
+
+@functools.cache
+def judge_settings() -> JudgeSettings:
+    return JudgeSettings()
+
+
+@functools.cache
+def shared_sandbox() -> Sandbox:
+    """One sandbox per worker process, created on first use (probing bwrap once)."""
+    return create_sandbox()
+
+
+class InvalidPayload(ValueError):
+    """The payload is malformed; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+    def output(self) -> StageOutput:
+        return StageOutput.final(Status.INVALID, 0.0, error={"field": self.field, "message": self.message})
+
+
+@dataclass(frozen=True)
+class Case:
+    stdin: str
+    expected_stdout: str
+
+
+@dataclass(frozen=True)
+class JudgedPayload:
+    code: str
+    tests: tuple[Case, ...]
+    compare: Compare = Compare.TOKENS
+    float_tol: float = DEFAULT_FLOAT_TOL
+    scoring: str = "fraction"
+    reference_time_s: float | None = None
+    time_limit_s: float | None = None
+    memory_limit_mb: int | None = None
+    speedup_cap: float = 2.0
+    mode: str = "judge"  # "raw": also report the first case's full run (SandboxFusion /run_code)
+
+
+def _num(payload: dict[str, Any], name: str, *, positive: bool = True) -> float | None:
+    v = payload.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise InvalidPayload(name, f"must be a finite number, got {v!r}")
+    if positive and v <= 0:
+        raise InvalidPayload(name, f"must be > 0, got {v!r}")
+    if not positive and v < 0:
+        raise InvalidPayload(name, f"must be >= 0, got {v!r}")
+    return float(v)
+
+
+def parse_payload(payload: Any, settings: JudgeSettings, *, need_tests: bool = True) -> JudgedPayload:
+    """Validate a judged payload; InvalidPayload names the first bad field."""
+    if not isinstance(payload, dict):
+        raise InvalidPayload("payload", f"must be an object, got {type(payload).__name__}")
+    code = payload.get("code")
+    if not isinstance(code, str) or not code.strip():
+        raise InvalidPayload("code", "must be a non-empty string")
+    if len(code.encode()) > settings.max_code_bytes:
+        raise InvalidPayload("code", f"longer than {settings.max_code_bytes} bytes")
+    if "\x00" in code:
+        raise InvalidPayload("code", "must not contain NUL bytes")
+    raw_tests = payload.get("tests")
+    if raw_tests is None and not need_tests:
+        raw_tests = []
+    if not isinstance(raw_tests, list):
+        raise InvalidPayload("tests", "must be a list of {stdin, expected_stdout}")
+    if need_tests and not raw_tests:
+        raise InvalidPayload("tests", "must hold at least one test case")
+    if len(raw_tests) > settings.max_tests:
+        raise InvalidPayload("tests", f"at most {settings.max_tests} test cases, got {len(raw_tests)}")
+    tests = []
+    for i, t in enumerate(raw_tests):
+        if not isinstance(t, dict):
+            raise InvalidPayload(f"tests[{i}]", "must be an object {stdin, expected_stdout}")
+        stdin = t.get("stdin", "")
+        expected = t.get("expected_stdout")
+        if not isinstance(stdin, str):
+            raise InvalidPayload(f"tests[{i}].stdin", "must be a string")
+        if not isinstance(expected, str):
+            raise InvalidPayload(f"tests[{i}].expected_stdout", "must be a string")
+        tests.append(Case(stdin, expected))
+    try:
+        compare = Compare(payload.get("compare") or Compare.TOKENS)
+    except ValueError:
+        raise InvalidPayload(
+            "compare", f"must be one of exact, tokens, float; got {payload.get('compare')!r}"
+        ) from None
+    scoring = payload.get("scoring") or "fraction"
+    if scoring not in ("fraction", "all"):
+        raise InvalidPayload("scoring", f"must be 'fraction' or 'all', got {scoring!r}")
+    mode = payload.get("mode") or "judge"
+    if mode not in ("judge", "raw"):
+        raise InvalidPayload("mode", f"must be 'judge' or 'raw', got {mode!r}")
+    tol = _num(payload, "float_tol", positive=False)
+    mem = _num(payload, "memory_limit_mb")
+    cap = _num(payload, "speedup_cap")
+    return JudgedPayload(
+        code=code,
+        tests=tuple(tests),
+        compare=compare,
+        float_tol=DEFAULT_FLOAT_TOL if tol is None else tol,
+        scoring=scoring,
+        reference_time_s=_num(payload, "reference_time_s"),
+        time_limit_s=_num(payload, "time_limit_s"),
+        memory_limit_mb=None if mem is None else int(mem),
+        speedup_cap=2.0 if cap is None else cap,
+        mode=mode,
+    )
+
+
+def snippet(data: bytes | str, limit: int = SNIPPET_CHARS) -> str:
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
+
+
+def case_limits(p: JudgedPayload, settings: JudgeSettings, base: Limits) -> Limits:
+    """Per-test limits: the payload may lower the defaults, never raise them."""
+    wall = min(settings.test_time_s, p.time_limit_s or math.inf)
+    mem_mb = min(settings.memory_mb, p.memory_limit_mb or settings.memory_mb)
+    mem = None if base.memory_bytes is None else mem_mb * MiB
+    return Limits(
+        wall_s=wall,
+        cpu_s=wall,
+        memory_bytes=mem,
+        memory_kind=base.memory_kind,
+        nproc=base.nproc,
+        fsize_bytes=base.fsize_bytes,
+        nofile=base.nofile,
+        output_bytes=settings.output_bytes,
+    )
+
+
+@dataclass
+class CaseResult:
+    status: Status
+    time_s: float
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "time_s": round(self.time_s, 4), **self.detail}
+
+
+def judge_case(r: RunResult, case: Case, p: JudgedPayload) -> CaseResult:
+    """Map one run to a case status; only the output's snippet is kept."""
+    if r.timed_out:
+        return CaseResult(Status.TIMEOUT, r.wall_s, {"reason": r.describe()})
+    if r.termination is Termination.OUTPUT_LIMIT:
+        return CaseResult(Status.RUNTIME_ERROR, r.wall_s, {"reason": "output limit exceeded"})
+    if not r.ok:
+        return CaseResult(
+            Status.RUNTIME_ERROR, r.wall_s, {"reason": r.describe(), "stderr": snippet(r.stderr)}
+        )
+    got = r.stdout.decode("utf-8", errors="replace")
+    if outputs_match(got, case.expected_stdout, p.compare, p.float_tol):
+        return CaseResult(Status.OK, r.wall_s)
+    return CaseResult(
+        Status.WRONG_ANSWER,
+        r.wall_s,
+        {"stdout": snippet(got), "expected": snippet(case.expected_stdout)},
+    )
+
+
+@dataclass
+class Verdict:
+    status: Status
+    passed: int
+    total: int
+    cases: list[CaseResult]
+    first_run: RunResult | None = None  # kept for mode="raw"
+
+    @property
+    def fraction(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+
+def run_tests(
+    session: Session,
+    argv: Sequence[str],
+    p: JudgedPayload,
+    limits: Limits,
+    budget_s: float,
+    *,
+    env: dict[str, str] | None = None,
+    mounts: Mounts | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Verdict:
+    """Run ``argv`` once per test case within ``budget_s`` seconds in total."""
+    deadline = clock() + budget_s
+    cases: list[CaseResult] = []
+    first_run: RunResult | None = None
+    for case in p.tests:
+        left = deadline - clock()
+        if left <= 0.05:
+            cases.append(CaseResult(Status.TIMEOUT, 0.0, {"reason": "stage time budget exhausted"}))
+            continue
+        r = session.run(
+            argv,
+            limits=limits.capped(left),
+            stdin=case.stdin.encode(),
+            env=env,
+            mounts=mounts,
+        )
+        if first_run is None:
+            first_run = r
+        res = judge_case(r, case, p)
+        cases.append(res)
+        if res.status is not Status.OK and p.scoring == "all":
+            break
+    passed = sum(c.status is Status.OK for c in cases)
+    first_bad = next((c.status for c in cases if c.status is not Status.OK), None)
+    return Verdict(first_bad or Status.OK, passed, len(p.tests), cases, first_run)
+
+
+def score_of(v: Verdict, p: JudgedPayload) -> float:
+    if p.scoring == "all":
+        return 1.0 if v.passed == v.total else 0.0
+    return v.fraction
+
+
+def case_details(v: Verdict, keep_output_of: int = 4) -> list[dict[str, Any]]:
+    """Per-case results; output snippets only for the first few failures (results stay small)."""
+    out = []
+    shown = 0
+    for c in v.cases:
+        d = c.as_dict()
+        if c.status is not Status.OK:
+            shown += 1
+            if shown > keep_output_of:
+                d.pop("stdout", None)
+                d.pop("expected", None)
+                d.pop("stderr", None)
+        out.append(d)
+    return out
+
+
+RAW_OUTPUT_CHARS = 64 * 1024
+
+
+def raw_run(r: RunResult) -> dict[str, Any]:
+    """A run as SandboxFusion reports it; output cut to RAW_OUTPUT_CHARS per stream."""
+    code = r.exit_code if r.exit_code is not None else 128 + (r.signal or 0)
+    return {
+        "return_code": code,
+        "timed_out": r.timed_out,
+        "execution_time": round(r.wall_s, 4),
+        "stdout": snippet(r.stdout, RAW_OUTPUT_CHARS),
+        "stderr": snippet(r.stderr, RAW_OUTPUT_CHARS),
+        "output_limit": r.termination is Termination.OUTPUT_LIMIT,
+    }
+
+
+def verdict_output(v: Verdict, p: JudgedPayload, isolation: str, **extra: Any) -> StageOutput:
+    if p.mode == "raw" and v.first_run is not None:
+        extra["run"] = raw_run(v.first_run)
+    return StageOutput.final(
+        v.status,
+        score_of(v, p),
+        passed=v.passed,
+        total=v.total,
+        tests=case_details(v),
+        isolation=isolation,
+        **extra,
+    )
+
+
+def stage_budget(inp: StageInput) -> float:
+    """Time the handler may spend: the stage timeout less a small margin for reporting."""
+    return max(0.5, inp.timeout_s * 0.95 - 0.25)
+
+
+def encode_binary(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def decode_binary(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def compile_program(
+    session: Session,
+    argv: Sequence[str],
+    output_name: str,
+    *,
+    timeout_s: float,
+    memory_mb: int,
+    env: dict[str, str] | None = None,
+) -> tuple[StageOutput | None, bytes | None, RunResult]:
+    """Run a compiler; (final output on failure, binary on success, the run)."""
+    limits = Limits(
+        wall_s=timeout_s,
+        cpu_s=timeout_s,
+        memory_bytes=memory_mb * MiB,
+        nproc=128,
+        fsize_bytes=256 * MiB,
+        nofile=512,
+        output_bytes=256 * 1024,
+        tmpfs_bytes=256 * MiB,
+    )
+    r = session.run(argv, limits=limits, env=env)
+    compiler_output = snippet(r.stderr + r.stdout, 8000)
+    if r.timed_out:
+        return (
+            StageOutput.final(
+                Status.TIMEOUT, 0.0, stage="compile", reason=r.describe(), compiler_output=compiler_output
+            ),
+            None,
+            r,
+        )
+    if not r.ok:
+        return (
+            StageOutput.final(
+                Status.COMPILE_ERROR, 0.0, reason=r.describe(), compiler_output=compiler_output
+            ),
+            None,
+            r,
+        )
+    binary = session.read_file(output_name, MAX_BINARY_BYTES)
+    if binary is None:
+        return (
+            StageOutput.final(
+                Status.COMPILE_ERROR,
+                0.0,
+                reason=f"compiler produced no binary of at most {MAX_BINARY_BYTES} bytes",
+                compiler_output=compiler_output,
+            ),
+            None,
+            r,
+        )
+    return None, binary, r

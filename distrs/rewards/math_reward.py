@@ -1,0 +1,238 @@
+"""The ``math`` reward type: one ``verify`` stage using math-verify.
+
+Payload: ``{"completion": str, "ground_truth": str}``. The answer is extracted from the
+completion (last ``\\boxed{}``/LaTeX/plain expression, math-verify's rules) and checked for
+mathematical equivalence with the ground truth (fractions, LaTeX, sets, intervals, ...).
+
+Why a child process: math-verify parses untrusted text with SymPy (whose ``parse_expr`` evaluates
+Python) and can hang on adversarial input; its own timeouts use SIGALRM, which only works in a
+process's main thread, while handlers run in worker threads. So checking happens in a
+long-lived child running ``math_child.py`` inside the sandbox (no network, read-only system,
+rlimits), started once (importing SymPy takes most of a second) and killed - whole jail - when a
+check overruns the hard deadline; the next request starts a fresh one.
+
+Statuses: ``ok`` (score 1), ``wrong_answer`` (score 0; ``detail.reason`` says whether no answer
+was found), ``timeout``, ``invalid`` (bad payload or an unparseable ground truth).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from contextlib import ExitStack, suppress
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from distrs.core.model import Status
+from distrs.rewards.base import StageInput, StageOutput, register
+from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
+from distrs.rewards.python_reward import interpreter
+from distrs.sandbox import Limits, Sandbox, SandboxError
+
+CHILD_SOURCE = Path(__file__).with_name("math_child.py")
+
+
+class MathSettings(BaseSettings):
+    """Limits of the math checker (``DISTRS_MATH_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="DISTRS_MATH_", extra="ignore")
+
+    timeout_s: float = Field(
+        default=10.0, gt=0, description="Hard wall limit per check (capped by the stage)."
+    )
+    inner_timeout_s: int = Field(default=5, ge=1, description="math-verify's own parse/verify timeouts.")
+    max_chars: int = Field(default=100_000, ge=100, description="Longest accepted completion/ground truth.")
+    tail_chars: int = Field(
+        default=20_000, ge=100, description="Only the completion's last N chars are searched for an answer."
+    )
+    memory_mb: int = Field(default=4096, gt=0, description="Address-space limit of the checker child.")
+    recycle_after: int = Field(default=1000, ge=1, description="Restart the child after this many checks.")
+    python: str = Field(
+        default="", description="Interpreter with math-verify installed; empty = the worker's."
+    )
+
+
+class CheckTimeout(Exception):
+    pass
+
+
+class MathChecker:
+    """A restartable jailed ``math_child.py``; one check at a time."""
+
+    def __init__(self, sandbox: Sandbox, settings: MathSettings) -> None:
+        self._sandbox = sandbox
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._stack: ExitStack | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buf = b""
+        self._served = 0
+
+    def _start(self, deadline: float) -> subprocess.Popen[bytes]:
+        exe, mounts = interpreter(self._settings.python)
+        stack = ExitStack()
+        session = stack.enter_context(self._sandbox.session())
+        session.write_file("math_child.py", CHILD_SOURCE.read_bytes())
+        limits = Limits(
+            wall_s=3600.0,
+            cpu_s=3600.0,  # lifetime CPU; recycling keeps a busy child well below it
+            memory_bytes=self._settings.memory_mb * MiB,
+            nproc=32,
+            fsize_bytes=1 * MiB,
+            nofile=64,
+        )
+        env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        proc = session.spawn([exe, "-I", "-B", "math_child.py"], limits=limits, env=env, mounts=mounts)
+        self._stack, self._proc, self._buf, self._served = stack, proc, b"", 0
+        try:
+            hello = self._read_line(max(deadline, time.monotonic() + 30.0))
+        except CheckTimeout:
+            self.close()
+            raise SandboxError("math checker did not start within 30 s") from None
+        if not hello.get("ready"):
+            self.close()
+            raise SandboxError(f"math checker failed to start: {hello}")
+        return proc
+
+    def _read_line(self, deadline: float) -> dict[str, Any]:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CheckTimeout
+                if not sel.select(left):
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise SandboxError("math checker exited unexpectedly")
+                self._buf += chunk
+                if len(self._buf) > 1 * MiB:
+                    raise SandboxError("math checker wrote an oversized reply")
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise SandboxError(f"math checker wrote a non-JSON line: {line[:200]!r}") from None
+        if not isinstance(msg, dict):
+            raise SandboxError("math checker reply is not an object")
+        return msg
+
+    def check(self, gold: str, answer: str, timeout_s: float) -> dict[str, Any]:
+        """The child's verdict; CheckTimeout past ``timeout_s`` (the child is then killed)."""
+        with self._lock:
+            deadline = time.monotonic() + timeout_s
+            proc = self._proc if self._proc is not None and self._proc.poll() is None else None
+            if proc is None:
+                self.close()
+                proc = self._start(deadline)
+            assert proc.stdin is not None
+            req = {"gold": gold, "answer": answer, "timeout": self._settings.inner_timeout_s}
+            try:
+                proc.stdin.write(json.dumps(req).encode() + b"\n")
+                proc.stdin.flush()
+                reply = self._read_line(deadline)
+            except (CheckTimeout, SandboxError, OSError):
+                self.close()
+                raise
+            self._served += 1
+            if self._served >= self._settings.recycle_after:
+                self.close()
+            return reply
+
+    def close(self) -> None:
+        proc, stack = self._proc, self._stack
+        self._proc, self._stack = None, None
+        if proc is not None:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            for f in (proc.stdin, proc.stdout):
+                if f is not None:
+                    with suppress(OSError):
+                        f.close()
+        if stack is not None:
+            stack.close()
+
+
+def _text(payload: Any, name: str, max_chars: int) -> str:
+    v = payload.get(name)
+    if not isinstance(v, str):
+        raise ValueError(f"{name}: must be a string")
+    if len(v) > max_chars:
+        raise ValueError(f"{name}: longer than {max_chars} characters")
+    if name == "ground_truth" and not v.strip():
+        raise ValueError(f"{name}: must not be empty")
+    return v
+
+
+class VerifyHandler:
+    def __init__(self, sandbox: Sandbox | None = None, settings: MathSettings | None = None) -> None:
+        self._settings = settings or MathSettings()
+        self._sandbox = sandbox
+        self._checker: MathChecker | None = None
+
+    def ready(self) -> tuple[bool, str]:
+        try:
+            import math_verify  # noqa: F401
+        except ImportError as e:
+            return False, f"math-verify not installed: {e}"
+        return True, ""
+
+    def _get_checker(self) -> MathChecker:
+        if self._checker is None:
+            self._checker = MathChecker(self._sandbox or shared_sandbox(), self._settings)
+        return self._checker
+
+    def run(self, inp: StageInput) -> StageOutput:
+        if not isinstance(inp.payload, dict):
+            return StageOutput.final(
+                Status.INVALID, 0.0, error={"field": "payload", "message": "must be an object"}
+            )
+        try:
+            completion = _text(inp.payload, "completion", self._settings.max_chars)
+            gold = _text(inp.payload, "ground_truth", self._settings.max_chars)
+        except ValueError as e:
+            field, _, msg = str(e).partition(": ")
+            return StageOutput.final(Status.INVALID, 0.0, error={"field": field, "message": msg})
+        answer = completion[-self._settings.tail_chars :]
+        timeout = min(self._settings.timeout_s, stage_budget(inp))
+        try:
+            r = self._get_checker().check(gold, answer, timeout)
+        except CheckTimeout:
+            return StageOutput.final(Status.TIMEOUT, 0.0, reason=f"math check exceeded {timeout:.1f}s")
+        if "error" in r:
+            raise SandboxError(f"math checker error: {r['error']}")
+        if not r.get("gold_ok"):
+            return StageOutput.final(
+                Status.INVALID,
+                0.0,
+                error={"field": "ground_truth", "message": "no parseable answer in the ground truth"},
+            )
+        if not r.get("found"):
+            return StageOutput.final(Status.WRONG_ANSWER, 0.0, reason="no answer found in the completion")
+        detail = {
+            "extracted": snippet(str(r.get("pred", ""))),
+            "ground_truth": snippet(str(r.get("gold", ""))),
+        }
+        if r.get("correct"):
+            return StageOutput.final(Status.OK, 1.0, **detail)
+        return StageOutput.final(Status.WRONG_ANSWER, 0.0, **detail)
+
+    def close(self) -> None:
+        if self._checker is not None:
+            self._checker.close()
+
+
+register("math", "verify")(VerifyHandler)

@@ -1,0 +1,102 @@
+"""The ``python`` reward type: one ``run`` stage executing the code once per test case.
+
+The interpreter is ``DISTRS_JUDGE_PYTHON`` or, by default, the worker's own (so programs may use
+the numeric libraries the image ships); its prefixes are bound read-only into the jail. It runs
+with ``-I`` (isolated: no PYTHON* variables, no user site, script dir not on ``sys.path``) and
+``-B`` (no bytecode writes).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+
+from distrs.core.model import Status
+from distrs.rewards.base import StageInput, StageOutput, register
+from distrs.rewards.judge import (
+    InvalidPayload,
+    JudgeSettings,
+    Verdict,
+    case_limits,
+    judge_settings,
+    parse_payload,
+    run_tests,
+    shared_sandbox,
+    stage_budget,
+    verdict_output,
+)
+from distrs.sandbox import Limits, Mounts, Sandbox
+
+SOURCE = "main.py"
+# Python reports a source that does not compile before running anything, without a traceback
+# header: '  File "main.py", line N' ... 'SyntaxError: ...'. Errors raised later (exec, import of a
+# broken module) come with "Traceback (most recent call last):" and stay runtime errors.
+_COMPILE_ERROR = re.compile(r"^(SyntaxError|IndentationError|TabError): ", re.MULTILINE)
+
+
+def compile_error_of(v: Verdict) -> str | None:
+    """The interpreter's message when the source itself does not compile, else None."""
+    if not v.cases or v.cases[0].status is not Status.RUNTIME_ERROR:
+        return None
+    stderr = str(v.cases[0].detail.get("stderr", ""))
+    if stderr.startswith("  File ") and _COMPILE_ERROR.search(stderr):
+        return stderr
+    return None
+
+
+@functools.cache
+def interpreter(python: str = "") -> tuple[str, Mounts]:
+    """The interpreter path and the host directories it needs inside the jail.
+
+    Asks the (trusted) interpreter itself, once, for ``sys.prefix`` and ``sys.base_prefix``;
+    directories under ``/usr`` are in every jail already.
+    """
+    exe = python or sys.executable
+    out = subprocess.run(
+        [exe, "-I", "-c", "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix]))"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    prefixes = {os.path.realpath(p) for p in json.loads(out)} | set(json.loads(out))
+    ro = tuple(sorted(p for p in prefixes if not p.startswith("/usr/")))
+    return exe, Mounts(ro_paths=ro)
+
+
+class PythonRunHandler:
+    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
+        self._sandbox = sandbox
+        self._settings = settings or judge_settings()
+
+    def ready(self) -> tuple[bool, str]:
+        try:
+            interpreter(self._settings.python)
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            return False, f"python interpreter unusable: {e}"
+        return True, ""
+
+    def run(self, inp: StageInput) -> StageOutput:
+        try:
+            p = parse_payload(inp.payload, self._settings)
+        except InvalidPayload as e:
+            return e.output()
+        exe, mounts = interpreter(self._settings.python)
+        sandbox = self._sandbox or shared_sandbox()
+        limits = case_limits(p, self._settings, Limits())
+        with sandbox.session() as s:
+            s.write_file(SOURCE, p.code.encode())
+            v = run_tests(s, [exe, "-I", "-B", SOURCE], p, limits, stage_budget(inp), mounts=mounts)
+        message = compile_error_of(v) if p.mode == "judge" else None
+        if message is not None:
+            return StageOutput.final(
+                Status.COMPILE_ERROR, 0.0, compiler_output=message, isolation=sandbox.isolation
+            )
+        return verdict_output(v, p, sandbox.isolation)
+
+
+register("python", "run")(PythonRunHandler)

@@ -1,0 +1,27 @@
+"""Running untrusted programs: limits, namespaces, timeouts, output caps (see docs/sandbox.md)."""
+
+from distrs.sandbox.base import (
+    Limits,
+    MemoryKind,
+    Mounts,
+    RunResult,
+    Sandbox,
+    SandboxError,
+    Session,
+    Termination,
+)
+from distrs.sandbox.factory import create_sandbox
+from distrs.sandbox.settings import SandboxSettings
+
+__all__ = [
+    "Limits",
+    "MemoryKind",
+    "Mounts",
+    "RunResult",
+    "Sandbox",
+    "SandboxError",
+    "SandboxSettings",
+    "Session",
+    "Termination",
+    "create_sandbox",
+]

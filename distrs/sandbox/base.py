@@ -1,0 +1,194 @@
+"""The ``Sandbox`` protocol: run one untrusted program with limits, in a private work dir.
+
+A caller opens a :class:`Session` (a fresh private work directory, plus the unprivileged uid
+the programs of that session run as), writes its files there, and runs commands in it. Every
+run is bounded by :class:`Limits`; what happened comes back as a :class:`RunResult`. Backends
+(``bwrap`` with namespaces, ``rlimits`` without them) live in their own modules and are picked
+by :func:`distrs.sandbox.factory.create_sandbox`.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+MiB = 1 << 20
+
+
+class MemoryKind(StrEnum):
+    """Which rlimit carries ``Limits.memory_bytes``.
+
+    ``as`` (address space) is the strict default; CUDA programs reserve huge virtual ranges, so
+    GPU runs use ``data`` (writable private memory) instead.
+    """
+
+    AS = "as"
+    DATA = "data"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one run. ``None`` means unlimited for that resource."""
+
+    wall_s: float = 10.0
+    cpu_s: float | None = None  # defaults to the wall limit
+    memory_bytes: int | None = 1024 * MiB
+    memory_kind: MemoryKind = MemoryKind.AS
+    nproc: int | None = 64
+    fsize_bytes: int | None = 64 * MiB
+    nofile: int | None = 256
+    output_bytes: int = 1 * MiB  # per stream (stdout, stderr)
+    tmpfs_bytes: int = 64 * MiB  # size of the private /tmp
+
+    def capped(self, wall_s: float) -> Limits:
+        """These limits with the wall (and CPU) time at most ``wall_s``."""
+        cpu = None if self.cpu_s is None else min(self.cpu_s, wall_s)
+        return replace(self, wall_s=min(self.wall_s, wall_s), cpu_s=cpu)
+
+    @property
+    def effective_cpu_s(self) -> float:
+        return self.cpu_s if self.cpu_s is not None else self.wall_s
+
+
+class Termination(StrEnum):
+    """Why a run ended."""
+
+    EXITED = "exited"  # exited by itself (any exit code)
+    SIGNALED = "signaled"  # killed by a signal it did not ask for from us (crash, CPU limit)
+    TIMEOUT = "timeout"  # we killed it at the wall limit
+    OUTPUT_LIMIT = "output_limit"  # we killed it for writing more than the capture cap
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one sandboxed run did."""
+
+    termination: Termination
+    exit_code: int | None
+    signal: int | None
+    stdout: bytes
+    stderr: bytes
+    wall_s: float
+    cpu_s: float
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    isolation: str = "bwrap"
+
+    @property
+    def ok(self) -> bool:
+        return self.termination is Termination.EXITED and self.exit_code == 0
+
+    @property
+    def cpu_limited(self) -> bool:
+        """Killed by the CPU-time rlimit (SIGXCPU, or SIGKILL at the hard limit)."""
+        return self.termination is Termination.SIGNALED and self.signal in (
+            signal.SIGXCPU,
+            signal.SIGKILL,
+        )
+
+    @property
+    def timed_out(self) -> bool:
+        return self.termination is Termination.TIMEOUT or self.cpu_limited
+
+    def describe(self) -> str:
+        """Short human text: 'exit 1', 'signal SIGSEGV', 'timeout after 2.0s'."""
+        if self.termination is Termination.TIMEOUT:
+            return f"timeout after {self.wall_s:.2f}s"
+        if self.termination is Termination.OUTPUT_LIMIT:
+            return "output limit exceeded"
+        if self.termination is Termination.SIGNALED and self.signal is not None:
+            try:
+                return f"signal {signal.Signals(self.signal).name}"
+            except ValueError:
+                return f"signal {self.signal}"
+        return f"exit {self.exit_code}"
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """Extra host paths a run may see (read-only) or use (devices), e.g. an interpreter prefix."""
+
+    ro_paths: tuple[str, ...] = ()
+    dev_paths: tuple[str, ...] = ()
+    sys: bool = False  # /sys read-only (the CUDA runtime reads it)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the program): always ``internal_error`` upstream."""
+
+
+class Session(Protocol):
+    """A fresh private work directory and the identity its programs run as."""
+
+    @property
+    def path(self) -> Path:
+        """Host path of the work dir."""
+        ...
+
+    def write_file(self, name: str, data: bytes, *, executable: bool = False) -> Path:
+        """Put an input file (source, binary) into the work dir, owned by the run's uid."""
+        ...
+
+    def read_file(self, name: str, max_bytes: int) -> bytes | None:
+        """A regular file the program wrote (never via a symlink); None if missing or too big."""
+        ...
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        limits: Limits,
+        stdin: bytes = b"",
+        env: Mapping[str, str] | None = None,
+        mounts: Mounts | None = None,
+    ) -> RunResult:
+        """Run ``argv`` with cwd = the work dir; raises SandboxError only for sandbox failures."""
+        ...
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        limits: Limits,
+        env: Mapping[str, str] | None = None,
+        mounts: Mounts | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start a long-lived jailed helper with stdin/stdout pipes, in its own process group.
+
+        No wall limit applies: the caller enforces deadlines and kills the group
+        (``os.killpg(p.pid, SIGKILL)``), which takes the whole jail down.
+        """
+        ...
+
+
+class Sandbox(Protocol):
+    """Runs untrusted programs. Thread-safe: each session is independent."""
+
+    @property
+    def isolation(self) -> str:
+        """``bwrap`` (namespaces) or ``rlimits`` (degraded fallback)."""
+        ...
+
+    def session(self) -> AbstractContextManager[Session]:
+        """A new private work dir, removed (with everything in it) on exit."""
+        ...
+
+
+def default_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment a sandboxed program sees: nothing inherited from the worker."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+    }
+    if extra:
+        env.update(extra)
+    return env
