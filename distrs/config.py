@@ -46,6 +46,13 @@ class ProxySettings(StoreSettings):
     max_bulk: int = Field(4096, ge=1, description="Most requests in one bulk submit.")
     max_wait_s: float = Field(60.0, gt=0, description="Longest long-poll a client may ask for.")
     reaper_interval_s: float = Field(1.0, gt=0, description="How often expired leases are requeued.")
+    compat_reward_type: str = Field(
+        "math",
+        description="Reward type POST /get_reward scores with unless X-DistRS-Reward-Type says otherwise.",
+    )
+    compat_wait_s: float = Field(
+        600.0, gt=0, description="How long /run_code and /get_reward wait for their batch."
+    )
 
 
 class WorkerSettings(_Base):

@@ -10,7 +10,8 @@
 
 Both go through exactly the pipelines ``/v1/requests`` uses: the call registers a batch, submits
 its requests to the store (so EBF queues, the planner and history all see them) and waits for the
-batch's results. Optional headers: ``X-DistRS-Task`` (default ``sandboxfusion`` / ``openrlhf``),
+batch's results. Optional headers: ``X-DistRS-Task`` (default ``sandboxfusion`` / ``openrlhf``, suffixed
+``.TENANT`` for a named tenant),
 ``X-DistRS-Batch`` (the batch id; give the same id when retrying a call and the retry returns the
 first call's results instead of running anything twice), ``X-DistRS-Timeout`` (seconds to wait).
 
@@ -46,7 +47,6 @@ from distrs.store.base import NewRequest
 
 router = APIRouter(tags=["compat"])
 
-DEFAULT_WAIT_S = 600.0
 _ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
 # SandboxFusion language name -> our reward type.
 LANGUAGES = {"python": "python", "python3": "python", "cpp": "cpp", "c++": "cpp", "cuda": "cuda"}
@@ -83,9 +83,15 @@ def _header_id(value: str | None, name: str, default: str) -> str:
     return value
 
 
-def _wait_s(value: str | None) -> float:
+def _default_task(base: str, who: Principal) -> str:
+    """Tasks belong to one tenant, so each tenant gets its own default task."""
+    return base if who.tenant == "default" else f"{base}.{who.tenant}"
+
+
+def _wait_s(value: str | None, st: AppState) -> float:
+    """``X-DistRS-Timeout`` or the configured default (``compat_wait_s``, else 600 s)."""
     if value is None:
-        return DEFAULT_WAIT_S
+        return st.settings.compat_wait_s
     try:
         v = float(value)
     except ValueError:
@@ -314,10 +320,10 @@ async def run_code(
     if any(body.files.values()) or body.fetch_files:
         field = "files" if any(body.files.values()) else "fetch_files"
         raise ApiError(422, "unsupported_field", f"{field}: extra files are not supported", field=field)
-    task = _header_id(x_distrs_task, "X-DistRS-Task", "sandboxfusion")
+    task = _header_id(x_distrs_task, "X-DistRS-Task", _default_task("sandboxfusion", who))
     batch_id = _header_id(x_distrs_batch, "X-DistRS-Batch", "rc-" + uuid.uuid4().hex)
     (result,) = await run_batch(
-        st, who, task, batch_id, [(rt, run_code_payload(body))], _wait_s(x_distrs_timeout)
+        st, who, task, batch_id, [(rt, run_code_payload(body))], _wait_s(x_distrs_timeout, st)
     )
     compiled = len(st.table.reward_types[rt].stages) > 1
     return JSONResponse(to_run_code_response(result, compiled).model_dump(mode="json"))
@@ -387,7 +393,7 @@ async def get_reward(
     for name, col in (("prompts", body.prompts), ("labels", body.labels)):
         if col is not None and len(col) != n:
             raise ApiError(422, "length_mismatch", f"{name}: {len(col)} items but query has {n}", field=name)
-    rt = x_distrs_reward_type or getattr(st.settings, "compat_reward_type", None) or "math"
+    rt = x_distrs_reward_type or st.settings.compat_reward_type
     if rt not in st.table.reward_types:
         raise ApiError(
             422,
@@ -403,9 +409,9 @@ async def get_reward(
         (rt, reward_payload(rt, response_text(q, p), lab))
         for q, p, lab in zip(body.query, prompts, labels, strict=True)
     ]
-    task = _header_id(x_distrs_task, "X-DistRS-Task", "openrlhf")
+    task = _header_id(x_distrs_task, "X-DistRS-Task", _default_task("openrlhf", who))
     batch_id = _header_id(x_distrs_batch, "X-DistRS-Batch", "gr-" + uuid.uuid4().hex)
-    results = await run_batch(st, who, task, batch_id, items, _wait_s(x_distrs_timeout))
+    results = await run_batch(st, who, task, batch_id, items, _wait_s(x_distrs_timeout, st))
     rewards = [float(r.score) for r in results]
     extra_logs = {
         "distrs_ok": [1.0 if r.status is Status.OK else 0.0 for r in results],

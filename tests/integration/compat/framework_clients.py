@@ -1,0 +1,97 @@
+"""How the frameworks' own clients call a reward service, reproduced call for call.
+
+verl and OpenRLHF do not install without a GPU training stack, so the tests speak their protocols
+through these stand-ins, which send the same bytes and apply the same retry rules (checked against
+verl 0.9.1 and OpenRLHF 0.11.2):
+
+* verl (``verl/utils/reward_score/sandbox_fusion/utils.py``, ``call_sandbox_api``): ``requests.post``
+  of a JSON string with ``Content-Type`` and ``Accept: application/json``; the payload holds
+  ``compile_timeout, run_timeout, code, stdin, memory_limit_MB, language, files, fetch_files``;
+  a 504 is retried up to 3 attempts with a linearly growing delay (1 s, 2 s; none after the last
+  attempt), any other error ends the call; the caller reads ``status`` and
+  ``run_result.{status, stdout, stderr, return_code}``.
+* OpenRLHF (``openrlhf/utils/agent.py``, ``SingleTurnAgentExecutor._fetch_rewards_via_http``): one
+  POST per finished rollout of ``{"query": [prompt + response], "prompts": [prompt], "labels":
+  [label]}`` with a 180 s timeout, ``raise_for_status``, any error retried after a 1 s sleep up to
+  5 times; reads ``rewards``, ``scores`` (falling back to ``rewards``) and ``extra_logs``. It uses
+  aiohttp; the stand-in uses requests, which puts the same request on the wire.
+
+Sleeps are shortened so the tests stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import requests
+
+
+def verl_call_sandbox_api(
+    url: str,
+    code: str,
+    stdin: str | None,
+    compile_timeout: float,
+    run_timeout: float,
+    memory_limit_mb: int,
+    language: str = "python",
+    max_retries: int = 3,
+    initial_delay_s: float = 0.05,
+    headers: dict[str, str] | None = None,
+) -> tuple[dict[str, Any] | None, str | None, int]:
+    """(response JSON, error, attempts), retrying 504 only - as verl does."""
+    payload = json.dumps(
+        {
+            "compile_timeout": compile_timeout,
+            "run_timeout": run_timeout,
+            "code": code,
+            "stdin": stdin,
+            "memory_limit_MB": memory_limit_mb,
+            "language": language,
+            "files": {},
+            "fetch_files": [],
+        }
+    )
+    hdrs = {"Content-Type": "application/json", "Accept": "application/json", **(headers or {})}
+    last_error = None
+    for attempt in range(max_retries):
+        try:
+            resp = requests.post(url, headers=hdrs, data=payload, timeout=compile_timeout + run_timeout + 10)
+            if resp.status_code == 504:
+                last_error = f"504 Gateway Timeout on attempt {attempt + 1}"
+                if attempt < max_retries - 1:
+                    time.sleep(initial_delay_s * (attempt + 1))
+                continue
+            resp.raise_for_status()
+            return resp.json(), None, attempt + 1
+        except requests.exceptions.RequestException as e:
+            last_error = f"API request error: {e}"
+            break
+    return None, last_error, attempt + 1
+
+
+def openrlhf_remote_rm_fn(
+    url: str,
+    queries: list[str],
+    prompts: list[str],
+    labels: list[Any],
+    try_max_times: int = 5,
+    sleep_s: float = 0.05,
+    headers: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], int]:
+    """(response JSON, attempts); retries any exception like OpenRLHF (sleep shortened)."""
+    data = {"query": queries, "prompts": prompts, "labels": labels}
+    for attempt in range(try_max_times):
+        try:
+            resp = requests.post(
+                url=url,
+                json=data,
+                headers={"Content-Type": "application/json", **(headers or {})},
+                timeout=180,
+            )
+            resp.raise_for_status()
+            return resp.json(), attempt + 1
+        except Exception:
+            time.sleep(sleep_s)
+    raise RuntimeError(f"Request error for {try_max_times} times")

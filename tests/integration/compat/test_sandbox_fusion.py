@@ -1,0 +1,115 @@
+"""SandboxFusion ``POST /run_code`` spoken as verl's sandbox integration speaks it."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from tests.fixtures.service import TRAINER_A, TRAINER_B, WORKER, Service
+from tests.integration.compat.framework_clients import verl_call_sandbox_api
+
+
+def url(svc: Service, token: str = TRAINER_A) -> str:
+    return f"{svc.url}/run_code?token={token}"  # verl sends no headers: the token rides in the URL
+
+
+def test_python_program_output_comes_back_verbatim(compat_service: Service) -> None:
+    code = "import sys\nprint(sys.stdin.read().upper(), end='')\nprint('  two spaces  ')"
+    resp, err, attempts = verl_call_sandbox_api(url(compat_service), code, "hello\n", 10, 5, 512)
+    assert err is None and attempts == 1 and resp is not None
+    assert resp["status"] == "Success" and resp["compile_result"] is None
+    run = resp["run_result"]
+    assert run["status"] == "Finished" and run["return_code"] == 0
+    assert run["stdout"] == "HELLO\n  two spaces  \n"
+    assert isinstance(run["execution_time"], float)
+
+
+def test_python_runtime_error_reports_exit_code_and_traceback(compat_service: Service) -> None:
+    resp, _, _ = verl_call_sandbox_api(
+        url(compat_service), "import sys\nraise KeyError('k')", None, 10, 5, 512
+    )
+    assert resp is not None and resp["status"] == "Failed"
+    run = resp["run_result"]
+    assert run["status"] == "Finished" and run["return_code"] not in (0, None)
+    assert "KeyError" in run["stderr"]
+    resp, _, _ = verl_call_sandbox_api(url(compat_service), "import sys\nsys.exit(3)", None, 10, 5, 512)
+    assert resp is not None and resp["run_result"]["return_code"] == 3
+
+
+def test_time_limit_exceeded(compat_service: Service) -> None:
+    resp, _, _ = verl_call_sandbox_api(url(compat_service), "while True: pass", "", 10, 0.5, 512)
+    assert resp is not None and resp["status"] == "Failed"
+    assert resp["run_result"]["status"] == "TimeLimitExceeded"
+
+
+def test_cpp_compiles_and_runs(compat_service: Service) -> None:
+    code = '#include <cstdio>\nint main(){int a,b;scanf("%d %d",&a,&b);printf("%d\\n",a+b);}'
+    resp, _, _ = verl_call_sandbox_api(url(compat_service), code, "40 2", 10, 5, 512, language="cpp")
+    assert resp is not None and resp["status"] == "Success"
+    assert resp["compile_result"]["status"] == "Finished" and resp["compile_result"]["return_code"] == 0
+    assert resp["run_result"]["stdout"] == "42\n"
+
+
+def test_cpp_compile_error(compat_service: Service) -> None:
+    resp, _, _ = verl_call_sandbox_api(
+        url(compat_service), "int main(){ return y; }", "", 10, 5, 512, language="cpp"
+    )
+    assert resp is not None and resp["status"] == "Failed" and resp["run_result"] is None
+    comp = resp["compile_result"]
+    assert comp["status"] == "Finished" and comp["return_code"] != 0 and "y" in comp["stderr"]
+
+
+def test_unsupported_language_and_bad_fields_are_422_naming_the_field(compat_service: Service) -> None:
+    r = requests.post(url(compat_service), json={"code": "x", "language": "cobol"})
+    assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "language"
+    r = requests.post(url(compat_service), json={"language": "python"})
+    assert r.status_code == 422 and "code" in r.json()["error"]["message"]
+    r = requests.post(url(compat_service), json={"code": "x", "files": {"a.txt": "aGk="}})
+    assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "files"
+
+
+def test_auth_by_header_or_query_and_roles(compat_service: Service) -> None:
+    body = {"code": "print(1)", "language": "python"}
+    assert requests.post(f"{compat_service.url}/run_code", json=body).status_code == 401
+    assert requests.post(url(compat_service, "bogus"), json=body).status_code == 401
+    assert requests.post(url(compat_service, WORKER), json=body).status_code == 403
+    r = requests.post(
+        f"{compat_service.url}/run_code", json=body, headers={"Authorization": f"Bearer {TRAINER_B}"}
+    )
+    assert r.status_code == 200 and r.json()["run_result"]["stdout"] == "1\n"
+
+
+def test_504_is_retried_by_verl_and_a_batch_header_keeps_retries_idempotent(compat_service: Service) -> None:
+    """A wait that runs out answers 504, which verl retries; with ``X-DistRS-Batch`` the retry
+    picks up the first attempt's run instead of running the program again."""
+    code = "import time\ntime.sleep(0.6)\nprint('once')"
+    headers = {"X-DistRS-Batch": "verl-retry-1", "X-DistRS-Timeout": "0.3", "X-DistRS-Task": "compat-retry"}
+    resp, err, attempts = verl_call_sandbox_api(
+        url(compat_service), code, "", 10, 5, 512, max_retries=6, initial_delay_s=0.2, headers=headers
+    )
+    assert err is None and resp is not None and attempts > 1
+    assert resp["run_result"]["stdout"] == "once\n"
+    with compat_service.client() as c:
+        rec = c.get("/v1/requests/compat-retry/verl-retry-1-0").json()
+        assert rec["attempts"] == 1  # ran once across every retried HTTP call
+        assert c.get("/v1/batches/compat-retry/verl-retry-1/results").json()["done"] == 1
+
+
+@pytest.mark.parametrize("bad", ["has space", ""])
+def test_bad_batch_header(compat_service: Service, bad: str) -> None:
+    r = requests.post(
+        url(compat_service), json={"code": "print(1)", "language": "python"}, headers={"X-DistRS-Batch": bad}
+    )
+    if bad:
+        assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "X-DistRS-Batch"
+    else:
+        assert r.status_code == 200  # empty header = not given
+
+
+def test_a_language_verl_knows_but_we_do_not_serve_is_an_error_verl_does_not_retry(
+    compat_service: Service,
+) -> None:
+    resp, err, attempts = verl_call_sandbox_api(
+        url(compat_service), "package main", "", 10, 5, 512, language="go"
+    )
+    assert resp is None and attempts == 1 and err is not None and "422" in err

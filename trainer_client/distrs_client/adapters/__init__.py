@@ -1,0 +1,1 @@
+"""Framework adapters: verl custom reward functions and a TRL ``reward_funcs`` callable."""

@@ -1,0 +1,60 @@
+"""What the framework adapters share: choosing a reward type and building payloads from
+dataset fields (ground truth, test cases) in the shapes trainers' datasets commonly use."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from distrs_client.extract import build_payload
+from distrs_client.models import RewardResult
+
+CODE_TYPES = ("cpp", "python", "cuda")
+
+
+def reward_type_for(data_source: str | None, extra_info: dict[str, Any] | None, default: str) -> str:
+    """``extra_info["reward_type"]`` if given, else a type named in ``data_source``, else ``default``."""
+    if extra_info and isinstance(extra_info.get("reward_type"), str):
+        return str(extra_info["reward_type"])
+    src = (data_source or "").lower()
+    for rt in ("cuda", "cpp", "python", "math"):
+        if rt in src:
+            return rt
+    return default
+
+
+def cases_from(ground_truth: Any) -> list[dict[str, Any]]:
+    """Test cases from a ground truth: a list of ``{stdin, expected_stdout}``, or the
+    ``{"inputs": [...], "outputs": [...]}`` form (as a dict or JSON string) common in code datasets."""
+    gt = ground_truth
+    if isinstance(gt, (bytes, str)):
+        try:
+            gt = json.loads(gt)
+        except ValueError:
+            return []
+    if isinstance(gt, dict) and "inputs" in gt and "outputs" in gt:
+        return [
+            {"stdin": str(i), "expected_stdout": str(o)}
+            for i, o in zip(gt["inputs"], gt["outputs"], strict=False)
+        ]
+    if isinstance(gt, list):
+        return [t for t in gt if isinstance(t, dict) and "stdin" in t]
+    return []
+
+
+def payload_for(
+    reward_type: str, completion: str, ground_truth: Any, extra: dict[str, Any] | None
+) -> dict[str, Any]:
+    options = dict((extra or {}).get("reward_options") or {})
+    if reward_type in CODE_TYPES:
+        return build_payload(reward_type, completion, tests=cases_from(ground_truth), **options)
+    if reward_type == "math":
+        return build_payload(
+            reward_type, completion, ground_truth="" if ground_truth is None else str(ground_truth)
+        )
+    return build_payload(reward_type, completion, ground_truth=ground_truth, **options)
+
+
+def score_or_none(result: RewardResult) -> float | None:
+    """The score, or None when the service failed (``internal_error``): not the model's fault."""
+    return None if result.status == "internal_error" else result.score
