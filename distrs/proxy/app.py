@@ -86,9 +86,11 @@ async def _reaper(state: AppState) -> None:
     while True:
         await asyncio.sleep(state.settings.reaper_interval_s)
         try:
-            ids = await state.store.requeue_expired(state.clock(), state.settings.max_attempts)
-            if ids:
-                log.warning("requeued %d expired leases", len(ids))
+            expired = await state.store.requeue_expired(state.clock(), state.settings.max_attempts)
+            for _rid, stage in expired:
+                state.metrics.lease_expiries.labels(stage).inc()
+            if expired:
+                log.warning("requeued %d expired leases", len(expired))
         except Exception:
             log.exception("lease reaper failed; retrying")
 
@@ -111,9 +113,10 @@ def create_app(
         raise ValueError(
             "no tokens configured: set DISTRS_TOKENS / DISTRS_TOKENS_FILE, or run with --insecure"
         )
-    state = AppState(
-        settings=settings, store=store, table=table, metrics=metrics or Metrics(), tokens=tokens, clock=clock
-    )
+    metrics = metrics or Metrics()
+    for stage in table.stages:  # labels exist from the start so increase() sees the first expiry
+        metrics.lease_expiries.labels(stage)
+    state = AppState(settings=settings, store=store, table=table, metrics=metrics, tokens=tokens, clock=clock)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

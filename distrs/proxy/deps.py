@@ -7,7 +7,7 @@ through ``get_state``. The clock is injectable so tests can drive time.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +35,12 @@ class AppState:
     plan_view: Callable[[], dict[str, Any] | None] | None = None
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
     state: AppState = request.app.state.distrs
     return state
 
 
-def principal(request: Request, state: AppState = Depends(get_state)) -> Principal:
+async def principal(request: Request, state: AppState = Depends(get_state)) -> Principal:
     if state.settings.insecure:
         return INSECURE
     header = request.headers.get("authorization", "")
@@ -53,10 +53,10 @@ def principal(request: Request, state: AppState = Depends(get_state)) -> Princip
     return p
 
 
-def require(*roles: Role) -> Callable[..., Principal]:
+def require(*roles: Role) -> Callable[..., Awaitable[Principal]]:
     allowed = {*roles, Role.ADMIN}
 
-    def dep(p: Principal = Depends(principal)) -> Principal:
+    async def dep(p: Principal = Depends(principal)) -> Principal:
         if p.role not in allowed:
             names = ", ".join(sorted(r.value for r in allowed))
             raise ApiError(403, "forbidden", f"this endpoint needs role {names}; token has {p.role.value}")

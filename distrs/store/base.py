@@ -138,8 +138,8 @@ class QueueStore(Protocol):
         """Finish a lease: move on to ``next_stage`` (with artifacts) or record ``result``."""
         ...
 
-    async def requeue_expired(self, now: float, max_attempts: int) -> list[str]:
-        """Requeue every lease past its deadline; returns the affected request ids."""
+    async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
+        """Requeue every lease past its deadline; returns (request id, stage) of each."""
         ...
 
     async def get_request(self, task: str, request_id: str) -> RequestRecord | None: ...

@@ -76,7 +76,7 @@ class MemoryStore:
         batch = self._batches[(rec.task, rec.batch_id)]
         primary, seq = sort_key(self.policy, batch.estimated_completion or 0.0, rec.seq)
         heapq.heappush(self._queues.setdefault(rec.stage, []), (primary, seq, rec.task, rec.request_id))
-        self._notify.notify(("work", rec.stage))
+        self._notify.notify_one(("work", rec.stage))
 
     def _owned(self, tenant: str, task: str) -> bool:
         owner = self._task_owner.get(task)
@@ -262,7 +262,8 @@ class MemoryStore:
             self._enqueue(rec)
             return CompleteOutcome(request=rec.model_copy())
         final = result or Result(request_id=rec.request_id, status=Status.INTERNAL_ERROR)
-        return CompleteOutcome(request=rec.model_copy(), batch_completed=self._finalize(rec, final, now))
+        completed = self._finalize(rec, final, now)
+        return CompleteOutcome(request=rec.model_copy(), batch_completed=completed)
 
     def _finalize(self, rec: RequestRecord, result: Result, now: float) -> bool:
         rec.state = RequestState.DONE
@@ -288,13 +289,13 @@ class MemoryStore:
         )
         return True
 
-    async def requeue_expired(self, now: float, max_attempts: int) -> list[str]:
+    async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
         expired = [lease for lease in self._leases.values() if lease.deadline < now]
-        out: list[str] = []
+        out: list[tuple[str, str]] = []
         for lease in expired:
             del self._leases[lease.lease_id]
             rec = self._requests[(lease.task, lease.request_id)]
-            out.append(rec.request_id)
+            out.append((rec.request_id, lease.stage))
             self._emit("lease_expired", now, rec.task, rec.batch_id, stage=lease.stage, attempt=lease.attempt)
             if rec.attempts >= max_attempts:
                 rec.stages.append(

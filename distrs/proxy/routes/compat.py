@@ -55,7 +55,7 @@ LANGUAGES = {"python": "python", "python3": "python", "cpp": "cpp", "c++": "cpp"
 # ---------------------------------------------------------------- auth and batch plumbing
 
 
-def compat_principal(
+async def compat_principal(
     request: Request,
     token: str | None = Query(None, description="Trainer token, for clients that cannot set headers."),
     st: AppState = Depends(get_state),

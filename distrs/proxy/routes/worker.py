@@ -70,8 +70,8 @@ async def complete(
     now = st.clock()
     nxt: str | None = None
     result: Result | None = None
-    lease_stage, reward_type, payload = await _lease_facts(st, lease_id)
     if body.outcome == "next":
+        lease_stage, reward_type, payload = await _lease_facts(st, lease_id)
         nxt = next_stage(st.table, reward_type, payload, lease_stage)
         if nxt is None:
             raise ApiError(

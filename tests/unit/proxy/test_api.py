@@ -141,7 +141,7 @@ async def test_lease_not_yours_and_expired(api: Api) -> None:
     api.clock.t += 11  # past the 10 s lease TTL
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/heartbeat", json={"worker_id": "w1"})
     assert r.status_code == 409 and error(r)["code"] == "lease_expired"
-    assert await api.store.requeue_expired(api.clock.t, 3) == ["r0"]
+    assert await api.store.requeue_expired(api.clock.t, 3) == [("r0", "compile")]
     r = await api.worker.post(
         f"/v1/leases/{ls['lease_id']}/complete", json={"worker_id": "w1", "outcome": "next"}
     )

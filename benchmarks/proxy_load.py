@@ -1,0 +1,617 @@
+"""Proxy load benchmark over a real Redis: throughput, proxy-added latency, memory with a deep queue.
+
+Three phases against one ``distrs proxy`` process (uvicorn, one event loop) over a real
+``redis-server`` (AOF on, ``appendfsync everysec`` as recommended for production in
+docs/store.md):
+
+1. **Throughput** — request lifecycles per second with 64 concurrent workers. A lifecycle is the
+   whole trip: bulk submit, lease, complete, and the result fetched by the trainer (batches of
+   ``--batch-size`` registered and submitted in bulk while earlier ones are being worked on,
+   results read with the long-poll). Target: >= 2,000/s per proxy process.
+2. **Latency at a fixed rate** — single-request submits at ``--rate`` req/s (open loop) with the 64
+   workers waiting on long-polls. Reported per call: submit and complete round trips, and the
+   dispatch latency (submit sent -> a waiting worker holds the lease). On loopback the round
+   trip is the time the proxy (and its Redis calls) adds. Targets: p50 <= 2 ms, p99 <= 20 ms.
+3. **Memory** — a freshly started proxy's RSS after 100k requests are queued (no workers), plus
+   Redis' memory per queued request (docs/store.md sizing). Target: proxy RSS <= 300 MB.
+
+The workers and trainer are simulated in this process with a small keep-alive HTTP/1.1 client on
+asyncio streams (hand-written: no extra dependency, and far less client CPU per call than a
+general client, so that on a small machine the proxy rather than the load generator is measured).
+
+    .venv/bin/python benchmarks/proxy_load.py            # writes benchmarks/results/proxy_load.{json,md}
+    .venv/bin/python benchmarks/proxy_load.py --quick    # a smaller run for a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.fixtures.redis_server import RedisServer  # noqa: E402
+
+TARGETS = {"lifecycles_per_s": 2000.0, "p50_ms": 2.0, "p99_ms": 20.0, "rss_mb": 300.0}
+
+
+# --- a minimal keep-alive HTTP/1.1 client -------------------------------------------------------
+
+
+class Http:
+    """One keep-alive connection; requests on it are sequential."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def _connect(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    async def call(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        if self.writer is None:
+            await self._connect()
+        assert self.reader is not None and self.writer is not None
+        data = b"" if body is None else orjson.dumps(body)
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        ).encode()
+        self.writer.write(head + data)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.split(b"\r\n")
+        status = int(lines[0].split(b" ", 2)[1])
+        length, chunked = 0, False
+        for line in lines[1:]:
+            k, _, v = line.partition(b":")
+            k = k.strip().lower()
+            if k == b"content-length":
+                length = int(v)
+            elif k == b"transfer-encoding" and b"chunked" in v.lower():
+                chunked = True
+        if chunked:
+            parts = []
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
+                chunk = await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+                parts.append(chunk[:-2])
+            return status, b"".join(parts)
+        return status, (await self.reader.readexactly(length)) if length else b""
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+            self.writer = None
+
+
+# --- processes --------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Proxy:
+    redis_url: str
+    workdir: Path
+    port: int = field(default_factory=_free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DISTRS_")}
+        env.update({"DISTRS_REDIS_URL": self.redis_url, "DISTRS_MAX_BULK": "4096", "PYTHONUNBUFFERED": "1"})
+        cmd = [sys.executable, "-m", "distrs.cli", "proxy", "--port", str(self.port), "--insecure"]
+        cmd += ["--log-level", "warning"]
+        log = open(self.workdir / f"proxy-{self.port}.log", "ab")  # noqa: SIM115 - owned by the process
+        self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"proxy exited; see {log.name}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    if b" 200 " in s.recv(256):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("proxy did not become ready")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def rss_mb(self) -> tuple[float, float]:
+        """(VmRSS, VmHWM) of the proxy process in MB."""
+        assert self.proc is not None
+        vals = {}
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                vals[k] = int(v.split()[0]) / 1024
+        return vals["VmRSS"], vals["VmHWM"]
+
+    def cpu_s(self) -> float:
+        assert self.proc is not None
+        f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _redis_cmd(url_port: int, *args: str) -> str:
+    cli = shutil.which("redis-cli")
+    assert cli, "redis-cli is needed"
+    return subprocess.run(
+        [cli, "-p", str(url_port), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _redis_used_memory(port: int) -> int:
+    for line in _redis_cmd(port, "INFO", "memory").splitlines():
+        if line.startswith("used_memory:"):
+            return int(line.split(":")[1])
+    return 0
+
+
+def _pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def _payload() -> dict[str, Any]:
+    return {"durations": {"compile": 0.0}, "fail_stage": None, "status": "ok"}
+
+
+# --- phase 1: throughput ------------------------------------------------------------------------
+
+
+async def _worker_loop(port: int, wid: str, stop: asyncio.Event, stats: dict[str, Any], lat: bool) -> None:
+    c = Http("127.0.0.1", port)
+    body_lease = {"stage": "compile", "worker_id": wid, "wait_s": 0.5}
+    done_body = {"worker_id": wid, "outcome": "final", "result": {"status": "ok", "score": 1.0}, "run_s": 0.0}
+    try:
+        while not stop.is_set():
+            status, raw = await c.call("POST", "/v1/leases", body_lease)
+            if status == 204:
+                continue
+            if status != 200:
+                stats["errors"] += 1
+                continue
+            t_lease = time.perf_counter()
+            lease = orjson.loads(raw)
+            if lat:
+                sent = stats["submitted_at"].get(lease["request_id"])
+                if sent is not None:
+                    stats["dispatch"].append(t_lease - sent)
+            t0 = time.perf_counter()
+            status, _ = await c.call("POST", f"/v1/leases/{lease['lease_id']}/complete", done_body)
+            if lat:
+                stats["complete"].append(time.perf_counter() - t0)
+            if status != 200:
+                stats["errors"] += 1
+            stats["completed"] += 1
+    finally:
+        await c.close()
+
+
+async def phase_throughput(
+    port: int, n: int, batch_size: int, workers: int, inflight: int, task: str = "tp"
+) -> dict[str, Any]:
+    stop = asyncio.Event()
+    stats: dict[str, Any] = {"completed": 0, "errors": 0}
+    tasks = [asyncio.create_task(_worker_loop(port, f"w{i}", stop, stats, False)) for i in range(workers)]
+    nbatches = n // batch_size
+    sem = asyncio.Semaphore(inflight)
+    results_seen = 0
+
+    async def one_batch(b: int) -> None:
+        nonlocal results_seen
+        c = Http("127.0.0.1", port)
+        try:
+            st, raw = await c.call(
+                "POST", "/v1/batches", {"task": task, "batch_id": f"b{b}", "size": batch_size}
+            )
+            assert st == 201, raw
+            reqs = [
+                {"task": task, "batch_id": f"b{b}", "request_id": f"b{b}-{i}", "reward_type": "synthetic",
+                 "payload": _payload()}
+                for i in range(batch_size)
+            ]  # fmt: skip
+            st, raw = await c.call("POST", "/v1/requests", {"requests": reqs})
+            assert st == 202 and orjson.loads(raw)["accepted"] == batch_size, raw
+            while True:
+                st, raw = await c.call("GET", f"/v1/batches/{task}/b{b}/results?wait_s=30")
+                body = orjson.loads(raw)
+                if body["complete"]:
+                    assert len(body["results"]) == batch_size
+                    results_seen += len(body["results"])
+                    return
+        finally:
+            await c.close()
+            sem.release()
+
+    t0 = time.perf_counter()
+    batch_tasks = []
+    for b in range(nbatches):
+        await sem.acquire()
+        batch_tasks.append(asyncio.create_task(one_batch(b)))
+    await asyncio.gather(*batch_tasks)
+    elapsed = time.perf_counter() - t0
+    stop.set()
+    await asyncio.gather(*tasks)
+    return {
+        "requests": nbatches * batch_size,
+        "results_fetched": results_seen,
+        "workers": workers,
+        "batch_size": batch_size,
+        "batches_in_flight": inflight,
+        "elapsed_s": round(elapsed, 3),
+        "lifecycles_per_s": round(nbatches * batch_size / elapsed, 1),
+        "http_errors": stats["errors"],
+    }
+
+
+# --- phase 2: latency at a fixed rate -----------------------------------------------------------
+
+
+async def phase_latency(
+    port: int, rate: float, seconds: float, workers: int, task: str = "lat"
+) -> dict[str, Any]:
+    n = int(rate * seconds)
+    stop = asyncio.Event()
+    stats: dict[str, Any] = {"completed": 0, "errors": 0, "dispatch": [], "complete": [], "submitted_at": {}}
+    tasks = [asyncio.create_task(_worker_loop(port, f"lw{i}", stop, stats, True)) for i in range(workers)]
+    c0 = Http("127.0.0.1", port)
+    st, raw = await c0.call("POST", "/v1/batches", {"task": task, "batch_id": "b0", "size": n})
+    assert st == 201, raw
+    await asyncio.sleep(0.5)  # let the workers park on their long-polls
+    pool: asyncio.Queue[Http] = asyncio.Queue()
+    for _ in range(32):
+        pool.put_nowait(Http("127.0.0.1", port))
+    submit_lat: list[float] = []
+    late = 0
+
+    async def submit(i: int) -> None:
+        c = await pool.get()
+        try:
+            body = {"task": task, "batch_id": "b0", "request_id": f"q{i}", "reward_type": "synthetic",
+                    "payload": _payload()}  # fmt: skip
+            t0 = time.perf_counter()
+            stats["submitted_at"][f"q{i}"] = t0
+            st, raw = await c.call("POST", "/v1/requests", body)
+            t1 = time.perf_counter()
+            assert st == 202, raw
+            submit_lat.append(t1 - t0)
+        finally:
+            pool.put_nowait(c)
+
+    start = time.perf_counter()
+    subs = []
+    for i in range(n):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        elif delay < -0.005:
+            late += 1
+        subs.append(asyncio.create_task(submit(i)))
+    await asyncio.gather(*subs)
+    achieved = n / (time.perf_counter() - start)
+    deadline = time.monotonic() + 30
+    while stats["completed"] < n and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.gather(*tasks)
+    while not pool.empty():
+        await pool.get_nowait().close()
+    await c0.close()
+
+    def summary(xs: list[float]) -> dict[str, float]:
+        ms = [x * 1000 for x in xs]
+        return {"n": len(ms), "p50_ms": round(_pct(ms, 50), 3), "p90_ms": round(_pct(ms, 90), 3),
+                "p99_ms": round(_pct(ms, 99), 3), "max_ms": round(max(ms), 3) if ms else float("nan")}  # fmt: skip
+
+    return {
+        "offered_rate": rate,
+        "achieved_submit_rate": round(achieved, 1),
+        "late_sends": late,
+        "seconds": seconds,
+        "completed": stats["completed"],
+        "submit": summary(submit_lat),
+        "complete": summary(stats["complete"]),
+        "dispatch": summary(stats["dispatch"]),
+    }
+
+
+# --- phase 0: the store alone (no HTTP) ---------------------------------------------------------
+
+
+async def phase_store(redis_url: str, n: int, workers: int) -> dict[str, Any]:
+    """Lifecycles/s and client CPU per lifecycle of each store called directly, side by side."""
+    from distrs.config import StoreSettings
+    from distrs.core.model import BatchInfo, Result, Status
+    from distrs.store.base import NewRequest, QueueStore
+    from distrs.store.memory import MemoryStore
+    from distrs.store.redis import RedisStore
+
+    async def run(store: QueueStore) -> dict[str, float]:
+        await store.start()
+        await store.register_batch(BatchInfo(task="s", batch_id="b", size=n), 1.0)
+        reqs = [
+            NewRequest(task="s", batch_id="b", request_id=f"r{i}", reward_type="synthetic",
+                       first_stage="compile", payload=_payload())
+            for i in range(n)
+        ]  # fmt: skip
+        final = Result(request_id="", status=Status.OK, score=1.0)
+        c0, t0 = time.process_time(), time.perf_counter()
+        for i in range(0, n, 1000):
+            await store.submit(reqs[i : i + 1000], 2.0)
+
+        async def worker(k: int) -> None:
+            while (lease := await store.lease("compile", f"w{k}", 3.0, 30.0)) is not None:
+                await store.complete(lease.lease_id, f"w{k}", 4.0, 0.0, None, None, final, "final")
+
+        await asyncio.gather(*(worker(k) for k in range(workers)))
+        assert len(await store.batch_results("s", "b")) == n
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        await store.close()
+        return {
+            "lifecycles_per_s": round(n / wall, 1),
+            "client_cpu_ms_per_lifecycle": round(1000 * cpu / n, 3),
+        }
+
+    settings = StoreSettings.model_validate({"redis_url": redis_url})
+    return {
+        "requests": n,
+        "redis": await run(RedisStore.from_url(redis_url, settings, namespace="bench-store")),
+        "memory": await run(MemoryStore()),
+    }
+
+
+def _machine_speed_us() -> float:
+    """Time of ``sum(range(1000))`` in microseconds: puts this machine's CPU in context."""
+    import timeit
+
+    return round(min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000 * 1e6, 1)
+
+
+# --- phase 3: memory ----------------------------------------------------------------------------
+
+
+async def phase_memory(proxy: Proxy, redis_port: int, queued: int) -> dict[str, Any]:
+    c = Http("127.0.0.1", proxy.port)
+    rss0, _ = proxy.rss_mb()
+    mem0 = _redis_used_memory(redis_port)
+    bulk = 4096
+    st, raw = await c.call("POST", "/v1/batches", {"task": "mem", "batch_id": "big", "size": queued})
+    assert st == 201, raw
+    for start in range(0, queued, bulk):
+        reqs = [
+            {"task": "mem", "batch_id": "big", "request_id": f"m{i}", "reward_type": "synthetic",
+             "payload": _payload()}
+            for i in range(start, min(queued, start + bulk))
+        ]  # fmt: skip
+        st, raw = await c.call("POST", "/v1/requests", {"requests": reqs})
+        assert st == 202, raw
+    st, raw = await c.call("GET", "/v1/stats")
+    depth = None
+    if st == 200:
+        depth = orjson.loads(raw).get("queues")
+    await c.close()
+    rss1, hwm = proxy.rss_mb()
+    mem1 = _redis_used_memory(redis_port)
+    return {
+        "queued": queued,
+        "proxy_rss_before_mb": round(rss0, 1),
+        "proxy_rss_mb": round(rss1, 1),
+        "proxy_peak_rss_mb": round(hwm, 1),
+        "redis_used_memory_mb": round(mem1 / 2**20, 1),
+        "redis_bytes_per_queued_request": round((mem1 - mem0) / queued),
+        "stats_queues": depth,
+    }
+
+
+# --- driver -------------------------------------------------------------------------------------
+
+
+def _markdown(res: dict[str, Any]) -> str:
+    t, lat, mem = res["throughput"], res["latency"], res["memory"]
+    ok = res["verdict"]
+    lines = [
+        "# Proxy load benchmark (real Redis)",
+        "",
+        f"Machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}; redis-server "
+        f"{res['machine']['redis']} with AOF (appendfsync {res['appendfsync']}); one proxy process.",
+        "Load generator, proxy and Redis share the machine.",
+        "",
+        "| metric | measured | target | met |",
+        "|---|---|---|---|",
+        f"| lifecycles/s (submit+lease+complete+result, {t['workers']} workers) | {t['lifecycles_per_s']} "
+        f"| >= {TARGETS['lifecycles_per_s']:.0f} | {ok['throughput']} |",
+    ]
+    for name in ("submit", "complete", "dispatch"):
+        s = lat[name]
+        lines.append(
+            f"| {name} latency at {lat['offered_rate']:.0f} req/s, p50 / p99 (ms) | {s['p50_ms']} / {s['p99_ms']} "
+            f"| <= {TARGETS['p50_ms']} / <= {TARGETS['p99_ms']} | {ok['latency_' + name]} |"
+        )
+    for other in lat.get("at_other_rates", []):
+        for name in ("submit", "complete", "dispatch"):
+            s = other[name]
+            lines.append(
+                f"| (context) {name} latency at {other['offered_rate']:.0f} req/s, p50 / p99 (ms) "
+                f"| {s['p50_ms']} / {s['p99_ms']} | — | — |"
+            )
+    lines += [
+        f"| proxy RSS with {mem['queued']:,} queued (MB) | {mem['proxy_rss_mb']} (peak {mem['proxy_peak_rss_mb']}) "
+        f"| <= {TARGETS['rss_mb']:.0f} | {ok['rss']} |",
+        "",
+        f"Throughput run: {t['requests']:,} requests in {t['elapsed_s']} s, batches of {t['batch_size']} "
+        f"({t['batches_in_flight']} in flight), proxy CPU {t.get('proxy_cpu_s', '?')} s "
+        f"({t.get('proxy_cpu_ms_per_lifecycle', '?')} ms per lifecycle), HTTP errors {t['http_errors']}.",
+        f"Latency run: {lat['completed']} requests at {lat['achieved_submit_rate']} req/s achieved "
+        f"({lat['late_sends']} sends more than 5 ms late); dispatch = submit sent -> a waiting worker "
+        "holds the lease.",
+        f"Store alone (no HTTP, {res['store_alone']['requests']:,} lifecycles, {t['workers']} coroutines): "
+        f"redis {res['store_alone']['redis']['lifecycles_per_s']}/s at "
+        f"{res['store_alone']['redis']['client_cpu_ms_per_lifecycle']} ms client CPU per lifecycle; "
+        f"memory {res['store_alone']['memory']['lifecycles_per_s']}/s.",
+        f"Machine speed for context: `sum(range(1000))` takes {res['machine']['sum_range_1000_us']} µs "
+        f"(load average at the end {', '.join(f'{x:.1f}' for x in res['machine']['load_average_at_end'])}).",
+        f"Redis memory: {mem['redis_bytes_per_queued_request']} bytes per queued request "
+        f"({mem['redis_used_memory_mb']} MB used with {mem['queued']:,} queued).",
+        "",
+        f"Command: `{res['command']}`",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+async def _amain(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="distrs-bench-") as tmp:
+        work = Path(tmp)
+        redis = RedisServer(work / "redis", appendfsync=args.appendfsync)
+        redis.data_dir.mkdir()
+        redis.start()
+        proxies: list[Proxy] = []
+        try:
+            store = await phase_store(redis.url, args.store_requests, args.workers)
+            print(f"store alone: {store}", flush=True)
+            proxy = Proxy(redis.url, work)
+            proxies.append(proxy)
+            proxy.start()
+            # warm-up: import paths, script cache, connection pool
+            await phase_throughput(
+                proxy.port, 2 * args.batch_size, args.batch_size, args.workers, 2, "warmup"
+            )
+            cpu0 = proxy.cpu_s()
+            thr = await phase_throughput(
+                proxy.port, args.requests, args.batch_size, args.workers, args.inflight
+            )
+            cpu = proxy.cpu_s() - cpu0
+            thr["proxy_cpu_s"] = round(cpu, 2)
+            thr["proxy_cpu_ms_per_lifecycle"] = round(1000 * cpu / thr["requests"], 3)
+            print(f"throughput: {thr['lifecycles_per_s']} lifecycles/s", flush=True)
+            lat = await phase_latency(proxy.port, args.rate, args.seconds, args.workers)
+            # the same at lower rates, to separate the proxy's own latency from saturation
+            lat["at_other_rates"] = [
+                await phase_latency(proxy.port, r, args.seconds, args.workers, task=f"lat{int(r)}")
+                for r in args.extra_rates
+            ]
+            print(
+                f"latency: submit p50 {lat['submit']['p50_ms']} ms p99 {lat['submit']['p99_ms']} ms; "
+                f"complete p50 {lat['complete']['p50_ms']} p99 {lat['complete']['p99_ms']}; "
+                f"dispatch p50 {lat['dispatch']['p50_ms']} p99 {lat['dispatch']['p99_ms']}",
+                flush=True,
+            )
+            proxy.stop()
+            _redis_cmd(redis.port, "FLUSHALL")
+            fresh = Proxy(redis.url, work)
+            proxies.append(fresh)
+            fresh.start()
+            mem = await phase_memory(fresh, redis.port, args.queued)
+            print(f"memory: proxy RSS {mem['proxy_rss_mb']} MB with {mem['queued']} queued", flush=True)
+        finally:
+            for p in proxies:
+                p.stop()
+            redis.stop()
+    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
+    verdict = {
+        "throughput": thr["lifecycles_per_s"] >= TARGETS["lifecycles_per_s"],
+        "rss": mem["proxy_rss_mb"] <= TARGETS["rss_mb"],
+    }
+    for name in ("submit", "complete", "dispatch"):
+        verdict["latency_" + name] = (
+            lat[name]["p50_ms"] <= TARGETS["p50_ms"] and lat[name]["p99_ms"] <= TARGETS["p99_ms"]
+        )
+    return {
+        "benchmark": "proxy_load",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "redis": next((v.split("=")[1] for v in version if v.startswith("v=")), "?"),
+            "sum_range_1000_us": _machine_speed_us(),
+            "load_average_at_end": os.getloadavg(),
+        },
+        "appendfsync": args.appendfsync,
+        "targets": TARGETS,
+        "store_alone": store,
+        "throughput": thr,
+        "latency": lat,
+        "memory": mem,
+        "verdict": verdict,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=20_000, help="Lifecycles in the throughput phase.")
+    ap.add_argument("--batch-size", type=int, default=1000)
+    ap.add_argument("--store-requests", type=int, default=5000, help="Lifecycles in the store-alone phase.")
+    ap.add_argument(
+        "--inflight", type=int, default=4, help="Batches submitted ahead in the throughput phase."
+    )
+    ap.add_argument("--workers", type=int, default=64)
+    ap.add_argument("--rate", type=float, default=500.0, help="Submits per second in the latency phase.")
+    ap.add_argument("--seconds", type=float, default=10.0, help="Length of the latency phase.")
+    ap.add_argument(
+        "--extra-rates",
+        type=lambda v: [float(x) for x in v.split(",") if x],
+        default=[100.0],
+        help="Further rates (comma-separated) measured after --rate, for context.",
+    )
+    ap.add_argument("--queued", type=int, default=100_000, help="Requests queued in the memory phase.")
+    ap.add_argument("--appendfsync", default="everysec", choices=["everysec", "always", "no"])
+    ap.add_argument("--quick", action="store_true", help="Small sizes (smoke test).")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    if args.quick:
+        args.requests, args.seconds, args.queued, args.store_requests = 4000, 3.0, 10_000, 1000
+    if shutil.which("redis-server") is None:
+        raise SystemExit("redis-server is not installed (make system-deps)")
+    res = asyncio.run(_amain(args))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "proxy_load.json").write_text(json.dumps(res, indent=2) + "\n")
+    (args.out / "proxy_load.md").write_text(_markdown(res))
+    print(_markdown(res))
+
+
+if __name__ == "__main__":
+    main()

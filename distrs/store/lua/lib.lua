@@ -1,0 +1,143 @@
+-- Shared helpers, prepended to every script at load time (see distrs/store/scripts.py).
+-- Keys are never built here: they come in KEYS or are read from records (distrs/store/keys.py).
+
+local function fmt(x)
+  -- full double precision; string.format keeps integers and fractions exact enough for JSON
+  return string.format('%.17g', x)
+end
+
+local function fail(code, details)
+  return redis.error_reply('DISTRS ' .. code .. ' ' .. cjson.encode(details))
+end
+
+local function append_json(arr, item)
+  if arr == nil or arr == false or arr == '' or arr == '[]' then
+    return '[' .. item .. ']'
+  end
+  return string.sub(arr, 1, -2) .. ',' .. item .. ']'
+end
+
+local function emit(events_key, maxlen, typ, ts, task, batch_id, data)
+  return redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*',
+    'type', typ, 'ts', ts, 'task', task, 'batch_id', batch_id, 'data', data)
+end
+
+-- Queue score: the batch's estimated completion T under EBF (DistRS Sec. 5.2), 0 under FCFS so
+-- that the member's zero-padded arrival sequence alone orders the queue.
+local function queue_score(policy, bkey)
+  if policy == 'ebf' then
+    return redis.call('HGET', bkey, 'estimated_completion') or '0'
+  end
+  return '0'
+end
+
+local function enqueue(qkey, stages_key, stage, reqkey, seq, score, now, chan_work)
+  local member = string.format('%020d', tonumber(seq)) .. reqkey
+  redis.call('ZADD', qkey, score, member)
+  local bq = redis.call('HGET', reqkey, 'k_queued')
+  redis.call('ZADD', bq, now, stage .. '\n' .. reqkey)
+  redis.call('SADD', stages_key, stage)
+  return member
+end
+
+-- Mark a batch complete: profile into the task history (last K), extra delay, event, TTLs.
+local function complete_batch(bkey, now, ctx)
+  local b = redis.call('HMGET', bkey, 'task', 'batch_id', 'reward_type', 'rollout_started_at',
+    'registered_at', 'tmax', 'k_members', 'k_results', 'k_queued', 'k_profile', 'k_history',
+    'k_span')
+  local task, batch_id, rtype = b[1], b[2], b[3]
+  local anchor = tonumber(b[4] or b[5] or now)
+  local tmax = tonumber(b[6] or '0')
+  -- Eq. 1-2: T = max_i (r_i + sum_j s_ij), measured; extra delay d = actual completion - T.
+  local earliest = anchor + tmax
+  local extra = tonumber(now) - earliest
+  if extra < 0 then extra = 0 end
+  -- request profiles in submission order (fields are zero-padded arrival sequences)
+  local flat = redis.call('HGETALL', b[10])
+  local fields, by_field = {}, {}
+  for i = 1, #flat, 2 do
+    fields[#fields + 1] = flat[i]
+    by_field[flat[i]] = flat[i + 1]
+  end
+  table.sort(fields)
+  local entries = {}
+  for i, f in ipairs(fields) do
+    entries[i] = by_field[f]
+  end
+  local rt_json = 'null'
+  if rtype then rt_json = cjson.encode(rtype) end
+  local profile = '{"task":' .. cjson.encode(task) .. ',"batch_id":' .. cjson.encode(batch_id)
+    .. ',"anchor":' .. fmt(anchor) .. ',"reward_type":' .. rt_json
+    .. ',"requests":[' .. table.concat(entries, ',') .. ']}'
+  redis.call('RPUSH', b[11], profile)
+  redis.call('LTRIM', b[11], -tonumber(ctx.k), -1)
+  redis.call('SET', b[12], fmt(tmax))
+  redis.call('HSET', bkey, 'completed_at', now, 'earliest_completion', fmt(earliest),
+    'extra_delay_s', fmt(extra))
+  redis.call('ZREM', ctx.active, bkey)
+  local data = '{"extra_delay_s":' .. fmt(extra) .. ',"earliest_completion":' .. fmt(earliest) .. '}'
+  emit(ctx.events, ctx.maxlen, 'batch_completed', now, task, batch_id, data)
+  -- Finished batches live for result_ttl_s, requests with them.
+  local ttl = ctx.ttl
+  local members = redis.call('LRANGE', b[7], 0, -1)
+  for i = 1, #members do
+    redis.call('EXPIRE', members[i], ttl)
+  end
+  redis.call('EXPIRE', bkey, ttl)
+  redis.call('EXPIRE', b[7], ttl)
+  redis.call('EXPIRE', b[8], ttl)
+  redis.call('DEL', b[9], b[10])
+end
+
+-- Record a request's final result (exactly once) and complete its batch when it is the last.
+-- result_body: the Result JSON without "request_id" and "stages"; both are spliced in here.
+local function finish(reqkey, result_body, status, now, ctx)
+  local r = redis.call('HMGET', reqkey, 'k_batch', 'seq', 'stages', 'arrived_at', 'request_id')
+  local bkey, seq, stages = r[1], r[2], r[3]
+  local result = '{"request_id":' .. cjson.encode(r[5]) .. ',' .. string.sub(result_body, 2, -2)
+    .. ',"stages":' .. stages .. '}'
+  redis.call('HSET', reqkey, 'state', 'done', 'result', result, 'artifacts', '{}')
+  redis.call('HDEL', reqkey, 'lease')
+  local b = redis.call('HMGET', bkey, 'k_results', 'k_profile', 'rollout_started_at',
+    'registered_at', 'size', 'tmax', 'completed_at')
+  redis.call('HSET', b[1], string.format('%020d', tonumber(seq)), result)
+  -- Profile of this request (core/accounting.py request_profile): r_i after the batch anchor
+  -- and s_ij summed per stage over its stage records.
+  local anchor = tonumber(b[3] or b[4])
+  local rel = tonumber(r[4]) - anchor
+  local s = {}
+  local names = {}
+  local total = 0
+  for _, rec in ipairs(cjson.decode(stages)) do
+    if s[rec.name] == nil then
+      s[rec.name] = 0
+      names[#names + 1] = rec.name
+    end
+    s[rec.name] = s[rec.name] + rec.run_s
+    total = total + rec.run_s
+  end
+  local parts = {}
+  for i, name in ipairs(names) do
+    parts[i] = cjson.encode(name) .. ':' .. fmt(s[name])
+  end
+  redis.call('HSET', b[2], string.format('%020d', tonumber(seq)), '{"r":' .. fmt(rel) .. ',"s":{' .. table.concat(parts, ',')
+    .. '},"status":' .. cjson.encode(status) .. '}')
+  -- t_i = r_i + sum_j s_ij (Eq. 1); the batch keeps the running max T (Eq. 2)
+  local t_i = rel + total
+  if b[6] == false or t_i > tonumber(b[6]) then
+    redis.call('HSET', bkey, 'tmax', fmt(t_i))
+  end
+  local done = redis.call('HINCRBY', bkey, 'done', 1)
+  redis.call('PUBLISH', ctx.chan_result, bkey)
+  if done >= tonumber(b[5]) and not b[7] then
+    complete_batch(bkey, now, ctx)
+    return 1
+  end
+  return 0
+end
+
+local function stage_record(stage, worker, queued_s, run_s, outcome)
+  return '{"name":' .. cjson.encode(stage) .. ',"worker":' .. cjson.encode(worker)
+    .. ',"queued_s":' .. fmt(queued_s) .. ',"run_s":' .. fmt(run_s)
+    .. ',"outcome":' .. cjson.encode(outcome) .. '}'
+end

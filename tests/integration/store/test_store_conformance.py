@@ -1,0 +1,507 @@
+"""One conformance suite for every QueueStore: memory and Redis must behave identically.
+
+Each test runs once per implementation (``store`` is parametrized). The Redis runs use a real
+``redis-server`` (tests/fixtures/redis_server.py) and a fresh key namespace per test. All times
+are passed in, so nothing here sleeps except the wake-up tests, which wait well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from distrs.config import StoreSettings
+from distrs.core.history import BatchProfile
+from distrs.core.model import BatchInfo, RequestState, Result, Status
+from distrs.core.priority import QueuePolicy
+from distrs.store.base import NewRequest, QueueStore
+from distrs.store.errors import (
+    BatchConflict,
+    BatchFull,
+    LeaseExpired,
+    LeaseNotYours,
+    UnknownBatch,
+    UnknownLease,
+)
+from distrs.store.memory import MemoryStore
+from distrs.store.redis import RedisStore
+
+SPAN = 600.0
+MakeStore = Callable[..., Awaitable[QueueStore]]
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def backend(request: pytest.FixtureRequest) -> str | None:
+    """None for memory, else the URL of the session's redis-server."""
+    if request.param == "memory":
+        return None
+    return str(request.getfixturevalue("redis_server").url)
+
+
+@pytest.fixture
+async def make_store(backend: str | None) -> AsyncIterator[MakeStore]:
+    made: list[QueueStore] = []
+
+    async def make(policy: QueuePolicy = QueuePolicy.EBF, history_batches: int = 8) -> QueueStore:
+        store: QueueStore
+        if backend is None:
+            store = MemoryStore(policy=policy, history_batches=history_batches, default_batch_span_s=SPAN)
+        else:
+            settings = StoreSettings.model_validate(
+                {
+                    "redis_url": backend,
+                    "queue_policy": policy,
+                    "history_batches": history_batches,
+                    "default_batch_span_s": SPAN,
+                }
+            )
+            store = RedisStore.from_url(backend, settings, namespace=f"t-{uuid.uuid4().hex[:12]}")
+        await store.start()
+        made.append(store)
+        return store
+
+    yield make
+    for s in made:
+        if isinstance(s, RedisStore):
+            await s.flush_namespace()
+        await s.close()
+
+
+@pytest.fixture
+async def store(make_store: MakeStore) -> QueueStore:
+    return await make_store()
+
+
+def req(rid: str, task: str = "t", batch: str = "b", tenant: str = "default", stage: str = "compile",
+        **payload: Any) -> NewRequest:  # fmt: skip
+    return NewRequest(
+        tenant=tenant,
+        task=task,
+        batch_id=batch,
+        request_id=rid,
+        reward_type="synthetic",
+        first_stage=stage,
+        payload=payload or {"n": rid},
+    )
+
+
+def ok(rid: str = "", score: float = 1.0) -> Result:
+    return Result(request_id=rid, status=Status.OK, score=score)
+
+
+async def register(store: QueueStore, batch: str = "b", size: int = 2, task: str = "t", now: float = 100.0,
+                   **kw: Any) -> BatchInfo:  # fmt: skip
+    info, _ = await store.register_batch(BatchInfo(task=task, batch_id=batch, size=size, **kw), now)
+    return info
+
+
+async def drain(store: QueueStore, stage: str, now: float) -> list[str]:
+    """Lease everything queued at ``stage``; the request ids in lease order."""
+    out = []
+    while (lease := await store.lease(stage, "w", now, 30.0)) is not None:
+        out.append(lease.request_id)
+    return out
+
+
+# batches ---------------------------------------------------------------------------------------
+
+
+async def test_register_batch_is_idempotent_and_estimates_completion(store: QueueStore) -> None:
+    info, created = await store.register_batch(BatchInfo(task="t", batch_id="b", size=3), 100.0)
+    assert created
+    assert info.registered_at == 100.0
+    assert info.estimated_completion == pytest.approx(100.0 + SPAN)  # no history: default span
+    again, created2 = await store.register_batch(BatchInfo(task="t", batch_id="b", size=3), 150.0)
+    assert not created2
+    assert again.registered_at == 100.0
+    got = await store.get_batch("t", "b")
+    assert got is not None and got.size == 3 and got.submitted == 0
+    assert await store.get_batch("t", "nope") is None
+
+
+async def test_rollout_hint_is_the_anchor(store: QueueStore) -> None:
+    info = await register(store, rollout_started_at=40.0)
+    assert info.rollout_started_at == 40.0
+    assert info.estimated_completion == pytest.approx(40.0 + SPAN)
+
+
+async def test_register_conflicts(store: QueueStore) -> None:
+    await register(store, size=2, reward_type="cuda")
+    with pytest.raises(BatchConflict) as e:
+        await register(store, size=3, reward_type="cuda")
+    assert e.value.status == 409 and e.value.details["field"] == "size"
+    with pytest.raises(BatchConflict):
+        await register(store, size=2, reward_type="cpp")
+    same, created = await store.register_batch(BatchInfo(task="t", batch_id="b", size=2), 101.0)
+    assert not created and same.reward_type == "cuda"  # no type given: no conflict
+
+
+async def test_tenant_isolation(store: QueueStore) -> None:
+    await store.register_batch(BatchInfo(tenant="alice", task="t", batch_id="b", size=2), 100.0)
+    with pytest.raises(UnknownBatch):
+        await store.register_batch(BatchInfo(tenant="bob", task="t", batch_id="b2", size=2), 100.0)
+    with pytest.raises(UnknownBatch):
+        await store.submit([req("r1", tenant="bob")], 101.0)
+    out = await store.submit([req("r1", tenant="alice")], 101.0)
+    assert out.accepted == ["r1"]
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.tenant == "alice"
+    # another task name is free for bob
+    _, created = await store.register_batch(BatchInfo(tenant="bob", task="t2", batch_id="b", size=1), 100.0)
+    assert created
+
+
+# submit ----------------------------------------------------------------------------------------
+
+
+async def test_submit_is_idempotent(store: QueueStore) -> None:
+    await register(store, size=3)
+    first = await store.submit([req("r1"), req("r2"), req("r1")], 101.0)
+    assert first.accepted == ["r1", "r2"] and first.duplicates == ["r1"]
+    second = await store.submit([req("r2"), req("r3")], 102.0)
+    assert second.accepted == ["r3"] and second.duplicates == ["r2"]
+    batch = await store.get_batch("t", "b")
+    assert batch is not None
+    assert batch.submitted == 3 and batch.first_arrival_at == 101.0 and batch.reward_type == "synthetic"
+    assert sorted(await drain(store, "compile", 103.0)) == ["r1", "r2", "r3"]  # each queued once
+
+
+async def test_submit_unknown_batch_enqueues_nothing(store: QueueStore) -> None:
+    await register(store, size=5)
+    with pytest.raises(UnknownBatch) as e:
+        await store.submit([req("r1"), req("r2", batch="missing")], 101.0)
+    assert e.value.status == 404
+    assert await store.get_request("t", "r1") is None
+    assert await store.lease("compile", "w", 102.0, 30.0) is None
+
+
+async def test_batch_full_is_all_or_nothing(store: QueueStore) -> None:
+    await register(store, size=2)
+    await register(store, batch="other", size=5)
+    with pytest.raises(BatchFull) as e:
+        await store.submit([req("x1", batch="other"), req("r1"), req("r2"), req("r3")], 101.0)
+    assert e.value.status == 409
+    assert await store.get_request("t", "x1") is None
+    assert (await store.get_batch("t", "b")).submitted == 0  # type: ignore[union-attr]
+    out = await store.submit([req("r1"), req("r2")], 101.0)
+    assert out.accepted == ["r1", "r2"]
+    with pytest.raises(BatchFull):
+        await store.submit([req("r3")], 102.0)
+    dup = await store.submit([req("r1")], 102.0)  # a duplicate is not over the size
+    assert dup.duplicates == ["r1"]
+
+
+# queue order -----------------------------------------------------------------------------------
+
+
+async def test_ebf_orders_batches_by_estimated_completion_and_fcfs_within(store: QueueStore) -> None:
+    # "late" is submitted first but its rollout started later, so its T is later.
+    await register(store, batch="late", size=3, rollout_started_at=90.0)
+    await register(store, batch="early", size=3, rollout_started_at=10.0)
+    await store.submit([req("l1", batch="late"), req("l2", batch="late")], 100.0)
+    await store.submit([req("e1", batch="early"), req("e2", batch="early")], 101.0)
+    await store.submit([req("l3", batch="late"), req("e3", batch="early")], 102.0)
+    assert await drain(store, "compile", 103.0) == ["e1", "e2", "e3", "l1", "l2", "l3"]
+
+
+async def test_fcfs_policy_is_arrival_order(make_store: MakeStore) -> None:
+    store = await make_store(policy=QueuePolicy.FCFS)
+    await register(store, batch="late", size=3, rollout_started_at=90.0)
+    await register(store, batch="early", size=3, rollout_started_at=10.0)
+    await store.submit([req("l1", batch="late"), req("l2", batch="late")], 100.0)
+    await store.submit([req("e1", batch="early"), req("e2", batch="early")], 101.0)
+    await store.submit([req("l3", batch="late"), req("e3", batch="early")], 102.0)
+    assert await drain(store, "compile", 103.0) == ["l1", "l2", "e1", "e2", "l3", "e3"]
+
+
+async def test_queues_are_per_stage(store: QueueStore) -> None:
+    await register(store, size=2)
+    await store.submit([req("r1", stage="compile"), req("r2", stage="verify")], 101.0)
+    assert await drain(store, "verify", 102.0) == ["r2"]
+    assert await drain(store, "compile", 102.0) == ["r1"]
+    assert await store.lease("execute", "w", 102.0, 30.0) is None
+
+
+# leases ----------------------------------------------------------------------------------------
+
+
+async def test_lease_heartbeat_complete(store: QueueStore) -> None:
+    await register(store, size=1)
+    await store.submit([req("r1", code="x")], 101.0)
+    lease = await store.lease("compile", "w1", 103.0, 30.0)
+    assert lease is not None
+    assert (lease.request_id, lease.task, lease.batch_id, lease.stage) == ("r1", "t", "b", "compile")
+    assert lease.payload == {"code": "x"} and lease.attempt == 1 and lease.worker_id == "w1"
+    assert lease.deadline == pytest.approx(133.0)
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.state is RequestState.RUNNING and rec.attempts == 1
+    assert await store.lease("compile", "w2", 103.0, 30.0) is None  # handed out once
+    assert await store.heartbeat(lease.lease_id, "w1", 120.0, 30.0) == pytest.approx(150.0)
+    held = await store.get_lease(lease.lease_id)  # type: ignore[attr-defined]
+    assert held is not None and held.model_dump() == {**lease.model_dump(), "deadline": pytest.approx(150.0)}
+    out = await store.complete(lease.lease_id, "w1", 140.0, 2.5, None, None, ok("r1", 0.75), "final")
+    assert out.batch_completed
+    assert out.request.state is RequestState.DONE and out.request.result is not None
+    assert await store.get_lease(lease.lease_id) is None  # type: ignore[attr-defined]
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.state is RequestState.DONE and rec.result is not None
+    assert rec.result.status is Status.OK and rec.result.score == 0.75
+    st = rec.result.stages
+    assert [(s.name, s.worker, s.outcome) for s in st] == [("compile", "w1", "final")]
+    assert st[0].queued_s == pytest.approx(2.0) and st[0].run_s == pytest.approx(2.5)
+    with pytest.raises(UnknownLease):  # finished leases no longer exist
+        await store.complete(lease.lease_id, "w1", 141.0, 1.0, None, None, ok("r1"), "final")
+
+
+async def test_lease_errors(store: QueueStore) -> None:
+    await register(store, size=1)
+    await store.submit([req("r1")], 101.0)
+    lease = await store.lease("compile", "w1", 102.0, 10.0)
+    assert lease is not None
+    with pytest.raises(UnknownLease) as e1:
+        await store.heartbeat("nope", "w1", 103.0, 10.0)
+    assert e1.value.status == 404
+    with pytest.raises(LeaseNotYours) as e2:
+        await store.heartbeat(lease.lease_id, "w2", 103.0, 10.0)
+    assert e2.value.status == 403
+    with pytest.raises(LeaseNotYours):
+        await store.complete(lease.lease_id, "w2", 103.0, 1.0, None, None, ok(), "final")
+    with pytest.raises(LeaseExpired) as e3:
+        await store.heartbeat(lease.lease_id, "w1", 113.0, 10.0)
+    assert e3.value.status == 409
+    with pytest.raises(LeaseExpired):
+        await store.complete(lease.lease_id, "w1", 113.0, 1.0, None, None, ok(), "final")
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.state is RequestState.RUNNING and rec.result is None
+
+
+async def test_expired_lease_is_requeued_then_internal_error(store: QueueStore) -> None:
+    await register(store, size=2)
+    await store.submit([req("r1"), req("r2")], 100.0)
+    first = await store.lease("compile", "w1", 101.0, 5.0)
+    assert first is not None and first.request_id == "r1"
+    assert await store.requeue_expired(105.0, max_attempts=2) == []  # not yet past the deadline
+    assert await store.requeue_expired(107.0, max_attempts=2) == [("r1", "compile")]
+    assert await store.get_lease(first.lease_id) is None
+    with pytest.raises(UnknownLease):
+        await store.heartbeat(first.lease_id, "w1", 107.0, 5.0)
+    again = await store.lease("compile", "w2", 108.0, 5.0)  # back ahead of r2 (FCFS in batch)
+    assert again is not None and again.request_id == "r1" and again.attempt == 2
+    assert await store.requeue_expired(120.0, max_attempts=2) == [("r1", "compile")]
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.state is RequestState.DONE and rec.result is not None
+    assert rec.result.status is Status.INTERNAL_ERROR
+    assert rec.result.stages[-1].outcome == "lease_expired"
+    assert [r.request_id for r in await store.batch_results("t", "b")] == ["r1"]
+    evs = [e for e in await store.events("0", 0) if e.type == "lease_expired"]
+    assert [(e.data["stage"], e.data["attempt"]) for e in evs] == [("compile", 1), ("compile", 2)]
+    assert await drain(store, "compile", 121.0) == ["r2"]
+
+
+async def test_multi_stage_with_artifacts(store: QueueStore) -> None:
+    await register(store, size=1)
+    await store.submit([req("r1")], 100.0)
+    c = await store.lease("compile", "wc", 101.0, 30.0)
+    assert c is not None and c.artifacts == {}
+    out = await store.complete(c.lease_id, "wc", 104.0, 3.0, "execute", {"binary": "QUJD"}, None, "next")
+    assert not out.batch_completed
+    assert out.request.stage == "execute" and out.request.state is RequestState.QUEUED
+    assert await store.lease("compile", "wc", 104.0, 30.0) is None
+    x = await store.lease("execute", "wx", 106.0, 30.0)
+    assert x is not None and x.artifacts == {"binary": "QUJD"} and x.attempt == 1
+    done = await store.complete(x.lease_id, "wx", 110.0, 4.0, None, None, ok("r1"), "final")
+    assert done.batch_completed
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.result is not None
+    assert [(s.name, s.worker, s.outcome) for s in rec.result.stages] == [
+        ("compile", "wc", "next"),
+        ("execute", "wx", "final"),
+    ]
+    assert [s.queued_s for s in rec.result.stages] == pytest.approx([1.0, 2.0])
+    assert [s.run_s for s in rec.result.stages] == pytest.approx([3.0, 4.0])
+
+
+async def test_final_without_result_is_internal_error(store: QueueStore) -> None:
+    await register(store, size=1)
+    await store.submit([req("r1")], 100.0)
+    lease = await store.lease("compile", "w", 101.0, 30.0)
+    assert lease is not None
+    await store.complete(lease.lease_id, "w", 102.0, 1.0, None, None, None, "final")
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.result is not None and rec.result.status is Status.INTERNAL_ERROR
+
+
+# results, history, events ---------------------------------------------------------------------
+
+
+async def test_results_in_submission_order(store: QueueStore) -> None:
+    await register(store, size=3)
+    await store.submit([req("a"), req("b"), req("c")], 100.0)
+    leases = [await store.lease("compile", "w", 101.0, 30.0) for _ in range(3)]
+    assert all(leases)
+    for lease, score in zip(reversed(leases), (0.3, 0.2), strict=False):  # c then b finish first
+        assert lease is not None
+        await store.complete(
+            lease.lease_id, "w", 102.0, 1.0, None, None, ok(lease.request_id, score), "final"
+        )
+    res = await store.batch_results("t", "b")
+    assert [(r.request_id, r.score) for r in res] == [("b", 0.2), ("c", 0.3)]
+    assert leases[0] is not None
+    await store.complete(leases[0].lease_id, "w", 103.0, 1.0, None, None, ok("a", 0.1), "final")
+    assert [r.request_id for r in await store.batch_results("t", "b")] == ["a", "b", "c"]
+    assert await store.batch_results("t", "unknown") == []
+
+
+async def _run_batch(store: QueueStore, batch: str, now: float, durations: dict[str, float]) -> None:
+    """Submit one request per entry at now+1, run each for its duration, all finishing in order."""
+    await register(store, batch=batch, size=len(durations), now=now)
+    await store.submit([req(rid, batch=batch) for rid in durations], now + 1)
+    t = now + 2
+    for rid, dur in durations.items():
+        lease = await store.lease("compile", "w", t, 60.0)
+        assert lease is not None and lease.request_id == rid
+        t += dur
+        await store.complete(lease.lease_id, "w", t, dur, None, None, ok(rid), "final")
+
+
+async def test_batch_completion_history_event_and_extra_delay(store: QueueStore) -> None:
+    await _run_batch(store, "b1", 100.0, {"r1": 2.0, "r2": 3.0})
+    batch = await store.get_batch("t", "b1")
+    assert batch is not None and batch.complete and batch.done == 2
+    # r_i = 1 (arrival 101 after anchor 100); T = anchor + max(1+2, 1+3) = 104; finished at 107
+    assert batch.completed_at == pytest.approx(107.0)
+    assert batch.earliest_completion == pytest.approx(104.0)
+    assert batch.extra_delay_s == pytest.approx(3.0)
+    hist = await store.history("t")
+    assert len(hist) == 1 and isinstance(hist[0], BatchProfile)
+    prof = hist[0]
+    assert (prof.task, prof.batch_id, prof.anchor, prof.reward_type) == ("t", "b1", 100.0, "synthetic")
+    assert [(q.r, q.s, q.status) for q in prof.requests] == [
+        (pytest.approx(1.0), {"compile": pytest.approx(2.0)}, "ok"),
+        (pytest.approx(1.0), {"compile": pytest.approx(3.0)}, "ok"),
+    ]
+    ev = [e for e in await store.events("0", 0) if e.type == "batch_completed"]
+    assert len(ev) == 1 and (ev[0].task, ev[0].batch_id) == ("t", "b1")
+    assert ev[0].data["extra_delay_s"] == pytest.approx(3.0)
+    assert ev[0].data["earliest_completion"] == pytest.approx(104.0)
+    # the next batch of the task is estimated from this history (Eq. 1-2): anchor + 4
+    nxt = await register(store, batch="b2", now=200.0)
+    assert nxt.estimated_completion == pytest.approx(204.0)
+    snap = await store.snapshot(201.0)
+    assert [b.batch.batch_id for b in snap.batches] == ["b2"]  # finished batches are not active
+
+
+async def test_history_keeps_last_k(make_store: MakeStore) -> None:
+    store = await make_store(history_batches=2)
+    for i in range(3):
+        await _run_batch(store, f"b{i}", 100.0 * (i + 1), {"r" + str(i): 1.0 + i})
+    hist = await store.history("t")
+    assert [h.batch_id for h in hist] == ["b1", "b2"]
+    assert await store.history("other") == []
+
+
+async def test_events_after_id(store: QueueStore) -> None:
+    await register(store, size=1)
+    await store.submit([req("r1")], 101.0)
+    evs = await store.events("0", 0)
+    assert [e.type for e in evs] == ["batch_registered", "first_arrival"]
+    assert evs[0].data["size"] == 1 and evs[0].ts == 100.0 and evs[1].ts == 101.0
+    assert [e.type for e in await store.events("0", 0, count=1)] == ["batch_registered"]
+    assert await store.events(evs[-1].id, 0) == []
+    await register(store, batch="b2", size=1, now=102.0)
+    later = await store.events(evs[-1].id, 0.05)
+    assert [(e.type, e.batch_id) for e in later] == [("batch_registered", "b2")]
+
+
+async def test_events_wait_for_a_new_event(store: QueueStore) -> None:
+    await register(store, size=1)
+    last = (await store.events("0", 0))[-1].id
+    waiter = asyncio.create_task(store.events(last, 5.0))
+    await asyncio.sleep(0.05)
+    await store.submit([req("r1")], 101.0)
+    got = await asyncio.wait_for(waiter, 2.0)
+    assert [e.type for e in got] == ["first_arrival"]
+
+
+async def test_snapshot_contents(store: QueueStore) -> None:
+    await register(store, batch="b", size=3, rollout_started_at=90.0)
+    await register(store, batch="idle", size=1)
+    await store.submit([req("r1"), req("r2"), req("r3")], 100.0)
+    lease = await store.lease("compile", "w", 102.0, 30.0)
+    assert lease is not None
+    await store.complete(lease.lease_id, "w", 104.0, 2.0, "execute", None, None, "next")
+    lease2 = await store.lease("compile", "w", 105.0, 30.0)
+    assert lease2 is not None
+    snap = await store.snapshot(110.0)
+    assert snap.now == 110.0
+    by_id = {b.batch.batch_id: b for b in snap.batches}
+    assert set(by_id) == {"b", "idle"}
+    live = by_id["b"]
+    assert live.batch.submitted == 3 and live.batch.estimated_completion == pytest.approx(90.0 + SPAN)
+    assert live.queued == {"compile": 1, "execute": 1}
+    assert live.queued_since["compile"] == [pytest.approx(100.0)]
+    assert live.queued_since["execute"] == [pytest.approx(104.0)]
+    assert live.running_elapsed == {"compile": [pytest.approx(5.0)]}
+    assert by_id["idle"].queued == {} and by_id["idle"].running_elapsed == {}
+    assert snap.queue_depth == {"compile": 1, "execute": 1}
+    assert snap.running == {"compile": 1}
+
+
+# waiting ---------------------------------------------------------------------------------------
+
+
+async def test_wait_for_work_wakes_on_submit(store: QueueStore) -> None:
+    await register(store, size=1)
+    assert await store.lease("compile", "w", 100.0, 30.0) is None
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    waiter = asyncio.create_task(store.wait_for_work("compile", 5.0))
+    await asyncio.sleep(0.05)
+    await store.submit([req("r1")], 101.0)
+    await asyncio.wait_for(waiter, 3.0)
+    assert loop.time() - t0 < 0.9  # woken, not timed out (the shortest internal re-check is 1 s)
+    assert await store.lease("compile", "w", 101.0, 30.0) is not None
+
+
+async def test_wait_for_work_times_out(store: QueueStore) -> None:
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await store.wait_for_work("compile", 0.1)
+    assert 0.05 <= loop.time() - t0 < 1.0
+
+
+async def test_wait_batch_wakes_on_result(store: QueueStore) -> None:
+    await register(store, size=2)
+    await store.submit([req("r1"), req("r2")], 100.0)
+    lease = await store.lease("compile", "w", 101.0, 30.0)
+    assert lease is not None
+    assert await store.batch_results("t", "b") == []
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    waiter = asyncio.create_task(store.wait_batch("t", "b", 5.0))
+    await asyncio.sleep(0.05)
+    await store.complete(lease.lease_id, "w", 102.0, 1.0, None, None, ok("r1"), "final")
+    await asyncio.wait_for(waiter, 3.0)
+    assert loop.time() - t0 < 0.9
+    assert [r.request_id for r in await store.batch_results("t", "b")] == ["r1"]
+
+
+async def test_ping(store: QueueStore) -> None:
+    assert await store.ping()
+
+
+async def test_requeue_many_expired_leases(store: QueueStore) -> None:
+    n = 450  # more than one requeue chunk of the Redis store
+    await register(store, size=n)
+    await store.submit([req(f"r{i:03d}") for i in range(n)], 100.0)
+    for _ in range(n):
+        assert await store.lease("compile", "w", 101.0, 5.0) is not None
+    requeued = await store.requeue_expired(110.0, max_attempts=3)
+    assert sorted(requeued) == [(f"r{i:03d}", "compile") for i in range(n)]
+    assert await drain(store, "compile", 111.0) == [f"r{i:03d}" for i in range(n)]  # original order
+    snap = await store.snapshot(112.0)
+    assert snap.running == {"compile": n} and snap.queue_depth == {"compile": 0}

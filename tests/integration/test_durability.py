@@ -1,0 +1,167 @@
+"""Durability of the whole service over a real Redis (AOF): crashes lose nothing accepted.
+
+Real processes throughout: ``redis-server`` (tests/fixtures/redis_server.py, ``appendfsync
+always``), a ``distrs proxy`` and ``distrs worker`` processes (tests/fixtures/service.py), driven
+over HTTP as a trainer would. Each test crashes one component with SIGKILL mid-batch and checks
+that every accepted request still ends with exactly one result, and that nothing ran twice: a
+request's result carries one stage record per stage it passed (a requeued attempt that never
+reported leaves none), and the batch's ``done`` count equals its size.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.service import running_service
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+
+def _requests(
+    task: str, batch: str, n: int, durations: dict[str, float], prefix: str = "r"
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "task": task,
+            "batch_id": batch,
+            "request_id": f"{prefix}{i:03d}",
+            "reward_type": "synthetic",
+            "payload": {"durations": durations, "fail_stage": None, "status": "ok"},
+        }
+        for i in range(n)
+    ]
+
+
+def _call(fn: Any, *args: Any, attempts: int = 100, **kw: Any) -> httpx.Response:
+    """Retry through a restart window (connection refused / 503), as a trainer client would."""
+    for _ in range(attempts):
+        try:
+            r: httpx.Response = fn(*args, **kw)
+            if r.status_code != 503:
+                return r
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"no answer after {attempts} attempts")
+
+
+def _wait_complete(c: httpx.Client, task: str, batch: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        r = _call(c.get, f"/v1/batches/{task}/{batch}/results", params={"wait_s": 5})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        if body["complete"]:
+            return body
+    raise AssertionError(f"batch {batch} not complete in {timeout_s}s: done={body.get('done')}")
+
+
+def _wait_done_at_least(c: httpx.Client, task: str, batch: str, n: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = c.get(f"/v1/batches/{task}/{batch}/results")
+        if r.status_code == 200 and r.json()["done"] >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} results of {batch} in {timeout_s}s")
+
+
+def _assert_exactly_once(body: dict[str, Any], ids: list[str], stages: list[str]) -> None:
+    got = [r["request_id"] for r in body["results"]]
+    assert got == ids  # every accepted request, once each, in submission order
+    assert body["done"] == len(ids)
+    for r in body["results"]:
+        assert r["status"] == "ok", r
+        ran = [s["name"] for s in r["stages"] if s["outcome"] != "lease_expired"]
+        assert ran == stages, r  # each stage reported once: nothing ran twice
+
+
+def _register(c: httpx.Client, task: str, batch: str, size: int) -> None:
+    r = _call(c.post, "/v1/batches", json={"task": task, "batch_id": batch, "size": size})
+    assert r.status_code in (200, 201), r.text
+
+
+def test_kill_proxy_mid_batch(fresh_redis_server: RedisServer) -> None:
+    n = 40
+    with running_service(workers={"compile": 2, "execute": 2}, redis_url=fresh_redis_server.url) as svc:
+        c = svc.client()
+        _register(c, "kp", "b1", n)
+        reqs = _requests("kp", "b1", n, {"compile": 0.05, "execute": 0.05})
+        r = c.post("/v1/requests", json={"requests": reqs})
+        assert r.status_code == 202 and r.json()["accepted"] == n
+        _wait_done_at_least(c, "kp", "b1", 5)
+        svc.kill_proxy()  # SIGKILL: no drain, in-flight HTTP calls are cut
+        svc.start_proxy()
+        # a trainer retrying its submission after the crash gets duplicates, nothing re-runs
+        r = _call(c.post, "/v1/requests", json={"requests": reqs})
+        assert r.status_code == 202 and r.json() == {**r.json(), "accepted": 0, "duplicates": n}
+        body = _wait_complete(c, "kp", "b1")
+        _assert_exactly_once(body, [q["request_id"] for q in reqs], ["compile", "execute"])
+
+
+def test_kill_worker_mid_lease_requeues(fresh_redis_server: RedisServer) -> None:
+    with running_service(workers={"compile": 1}, redis_url=fresh_redis_server.url) as svc:
+        c = svc.client()
+        _register(c, "kw", "b1", 1)
+        reqs = _requests("kw", "b1", 1, {"compile": 3.0})
+        assert c.post("/v1/requests", json={"requests": reqs}).status_code == 202
+        deadline = time.monotonic() + 20
+        while c.get("/v1/requests/kw/r000").json()["state"] != "running":
+            assert time.monotonic() < deadline, "request never leased"
+            time.sleep(0.05)
+        svc.kill_worker(0)  # dies holding the lease
+        svc.start_worker("compile")
+        body = _wait_complete(c, "kw", "b1", timeout_s=40)
+        _assert_exactly_once(body, ["r000"], ["compile"])
+        rec = c.get("/v1/requests/kw/r000").json()
+        assert rec["attempts"] == 2  # the expired lease was requeued and leased again
+
+
+def test_restart_redis_mid_batch(fresh_redis_server: RedisServer) -> None:
+    n = 40
+    with running_service(workers={"compile": 2, "execute": 2}, redis_url=fresh_redis_server.url) as svc:
+        c = svc.client()
+        _register(c, "kr", "b1", n)
+        reqs = _requests("kr", "b1", n, {"compile": 0.05, "execute": 0.05})
+        assert c.post("/v1/requests", json={"requests": reqs}).json()["accepted"] == n
+        _wait_done_at_least(c, "kr", "b1", 5)
+        fresh_redis_server.restart(hard=True)  # SIGKILL redis-server, start it on the same AOF
+        body = _wait_complete(c, "kr", "b1")
+        _assert_exactly_once(body, [q["request_id"] for q in reqs], ["compile", "execute"])
+        # the service is whole again: a new batch runs end to end
+        _register(c, "kr", "b2", 3)
+        more = _requests("kr", "b2", 3, {"compile": 0.01}, prefix="s")
+        assert _call(c.post, "/v1/requests", json={"requests": more}).json()["accepted"] == 3
+        _assert_exactly_once(_wait_complete(c, "kr", "b2"), ["s000", "s001", "s002"], ["compile"])
+
+
+def test_duplicate_submissions_never_run_twice(fresh_redis_server: RedisServer) -> None:
+    n = 20
+    with running_service(workers={"compile": 2}, redis_url=fresh_redis_server.url) as svc:
+        c = svc.client()
+        _register(c, "dup", "b1", n)
+        reqs = _requests("dup", "b1", n, {"compile": 0.02})
+        first = c.post("/v1/requests", json={"requests": reqs[:12]}).json()
+        assert first["accepted"] == 12
+        # overlapping bulk, then one by one: only the new ones are accepted
+        second = c.post("/v1/requests", json={"requests": reqs[6:]}).json()
+        assert (second["accepted"], second["duplicates"]) == (8, 6)
+        for q in reqs[:3]:
+            one = c.post("/v1/requests", json=q).json()
+            assert (one["accepted"], one["duplicates"]) == (0, 1)
+        body = _wait_complete(c, "dup", "b1")
+        _assert_exactly_once(body, [q["request_id"] for q in reqs], ["compile"])
+        # after completion a resubmission is still a duplicate, and the result is unchanged
+        again = c.post("/v1/requests", json={"requests": reqs}).json()
+        assert (again["accepted"], again["duplicates"]) == (0, n)
+        assert _wait_complete(c, "dup", "b1")["results"] == body["results"]
+        # the other tenant cannot see (or submit into) this task
+        other = svc.client(token="trainer-b-token")
+        assert other.get("/v1/batches/dup/b1/results").status_code == 404
+        assert other.post("/v1/requests", json=reqs[0]).status_code == 404
