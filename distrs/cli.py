@@ -97,6 +97,10 @@ def worker(
     reward_types: Annotated[str | None, typer.Option(help="Comma-separated reward types to serve.")] = None,
     health_port: Annotated[int | None, typer.Option(help="Serve /healthz and /readyz on this port.")] = None,
     once: Annotated[bool, typer.Option(help="Handle at most one lease, then exit.")] = False,
+    threads: Annotated[int, typer.Option(help="Run this many workers in this process (threads).")] = 1,
+    control_stdin: Annotated[
+        bool, typer.Option(help="Read the number of workers from stdin, one per line (local actuator).")
+    ] = False,
     log_level: LogLevel = "info",
 ) -> None:
     """Run one stage worker: pull leases, run the handler, report; SIGTERM drains."""
@@ -116,15 +120,30 @@ def worker(
     }
     s = WorkerSettings(**overrides)
     types = [t.strip() for t in s.reward_types.split(",")] if s.reward_types else None
-    w = Worker(
-        s.stage,
-        HttpProxyClient(s.proxy_url, s.token),
-        load_pipelines(s.pipelines_file),
-        worker_id=s.worker_id,
-        reward_types=types,
-        wait_s=min(s.wait_s, 5.0),
-        heartbeat_s=s.heartbeat_s,
-    )
+    table = load_pipelines(s.pipelines_file)
+
+    def make(worker_id: str | None) -> Worker:
+        return Worker(
+            s.stage,
+            HttpProxyClient(s.proxy_url, s.token),
+            table,
+            worker_id=worker_id,
+            reward_types=types,
+            wait_s=min(s.wait_s, 5.0),
+            heartbeat_s=s.heartbeat_s,
+        )
+
+    if threads > 1 or control_stdin:
+        from distrs.worker.host import run_host
+
+        prefix = s.worker_id
+        run_host(
+            lambda wid: make(f"{prefix}-{wid}" if prefix else wid),
+            threads if not control_stdin else 0,
+            sys.stdin if control_stdin else None,
+        )
+        return
+    w = make(s.worker_id)
     signal.signal(signal.SIGTERM, lambda *_: w.request_drain())
     signal.signal(signal.SIGINT, lambda *_: w.request_drain())
     if s.health_port is not None:

@@ -1,13 +1,18 @@
-"""Local actuator: one OS process per worker, started and drained on this machine.
+"""Local actuator: the worker pool of one machine, one worker-host process per stage.
 
-Scale-up spawns ``distrs worker --stage S`` processes; scale-down sends SIGTERM, which makes a
-worker finish its current lease and exit (graceful drain), so no running request is killed. A
-draining process no longer counts as ready but is reaped only once it has exited. Used by
-``distrs up``; on Kubernetes the kubernetes actuator does the same job through Deployments.
+Each stage gets a ``distrs worker --control-stdin`` process that runs its workers as threads
+(see ``distrs.worker.host``); ``set_replicas`` writes the new count to its stdin. Scaling is
+therefore as fast as starting a thread, and scale-down drains: a busy worker finishes its lease
+before its thread ends, so no running request is killed. Used by ``distrs up``; on Kubernetes
+the kubernetes actuator does the same job through Deployments.
+
+``ready`` is the count last asked for while the host runs (threads start at once); workers
+still finishing a lease after a scale-down are not counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -16,7 +21,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from distrs.actuators.base import StageReplicas
 
@@ -24,15 +29,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Proc:
+class _Host:
     popen: subprocess.Popen[bytes]
-    started: float
-    draining: bool = False
+    desired: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
 
 
 @dataclass
 class LocalActuator:
-    """Process pool per stage. ``extra_args[stage]`` are appended to that stage's command line."""
+    """Worker hosts per stage. ``extra_args[stage]`` are appended to that stage's command line."""
 
     proxy_url: str
     token: str | None = None
@@ -40,14 +48,15 @@ class LocalActuator:
     env: dict[str, str] = field(default_factory=dict)
     max_per_stage: int = 64
     log_dir: str | None = None
-    _procs: dict[str, list[_Proc]] = field(default_factory=dict)
+    _hosts: dict[str, _Host] = field(default_factory=dict)
     _desired: dict[str, int] = field(default_factory=dict)
+    _errors: dict[str, str] = field(default_factory=dict)
 
     def _command(self, stage: str) -> list[str]:
         cmd = [sys.executable, "-m", "distrs.cli", "worker", "--stage", stage, "--proxy", self.proxy_url]
-        return cmd + self.extra_args.get(stage, [])
+        return [*cmd, "--control-stdin", "--log-level", "warning", *self.extra_args.get(stage, [])]
 
-    def _spawn(self, stage: str) -> _Proc:
+    def _spawn(self, stage: str) -> _Host:
         env = {**os.environ, **self.env}
         if self.token:
             env["DISTRS_TOKEN"] = self.token
@@ -56,52 +65,69 @@ class LocalActuator:
             os.makedirs(self.log_dir, exist_ok=True)
             out = open(os.path.join(self.log_dir, f"worker-{stage}-{time.time_ns()}.log"), "ab")  # noqa: SIM115
         p = subprocess.Popen(
-            self._command(stage), env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self._command(stage),
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+            start_new_session=True,
         )
-        return _Proc(popen=p, started=time.monotonic())
-
-    def _reap(self, stage: str) -> None:
-        self._procs[stage] = [p for p in self._procs.get(stage, []) if p.popen.poll() is None]
+        return _Host(popen=p)
 
     async def set_replicas(self, stage: str, n: int) -> None:
         n = max(0, min(n, self.max_per_stage))
         self._desired[stage] = n
-        self._reap(stage)
-        live = [p for p in self._procs.get(stage, []) if not p.draining]
-        if len(live) < n:
-            for _ in range(n - len(live)):
-                self._procs.setdefault(stage, []).append(self._spawn(stage))
-        elif len(live) > n:
-            # Newest first: older workers are more likely warm; busy ones finish their lease anyway.
-            for p in sorted(live, key=lambda q: q.started, reverse=True)[: len(live) - n]:
-                p.draining = True
-                with contextlib.suppress(ProcessLookupError):
-                    p.popen.send_signal(signal.SIGTERM)
+        host = self._hosts.get(stage)
+        if host is not None and not host.alive:
+            log.warning("worker host for %s exited with %s; starting a new one", stage, host.popen.returncode)
+            self._errors[stage] = f"worker host exited with {host.popen.returncode}"
+            host = None
+        if host is None:
+            if n == 0:
+                return
+            host = self._hosts[stage] = self._spawn(stage)
+        if host.desired == n:
+            return
+        stdin: IO[bytes] | None = host.popen.stdin
+        try:
+            assert stdin is not None
+            stdin.write(f"{n}\n".encode())
+            stdin.flush()
+            host.desired = n
+            self._errors.pop(stage, None)
+        except (BrokenPipeError, OSError) as exc:
+            self._errors[stage] = f"worker host unreachable: {exc}"
+            log.warning("could not resize %s workers: %s", stage, exc)
 
     async def observe(self) -> dict[str, StageReplicas]:
         out: dict[str, StageReplicas] = {}
-        for stage in set(self._desired) | set(self._procs):
-            self._reap(stage)
-            ready = sum(1 for p in self._procs.get(stage, []) if not p.draining)
-            out[stage] = StageReplicas(desired=self._desired.get(stage, 0), ready=ready)
+        for stage in set(self._desired) | set(self._hosts):
+            host = self._hosts.get(stage)
+            ready = host.desired if host is not None and host.alive else 0
+            out[stage] = StageReplicas(
+                desired=self._desired.get(stage, 0), ready=ready, error=self._errors.get(stage)
+            )
         return out
 
     def total_processes(self) -> int:
-        return sum(len(v) for v in self._procs.values())
+        return sum(1 for h in self._hosts.values() if h.alive)
+
+    def pids(self) -> list[int]:
+        return [h.popen.pid for h in self._hosts.values()]
 
     async def close(self, timeout_s: float = 30.0) -> None:
-        """Drain every worker (SIGTERM), wait up to ``timeout_s``, then kill what is left."""
-        for stage in list(self._procs):
-            await self.set_replicas(stage, 0)
+        """Drain every worker (close the hosts' stdin), wait up to ``timeout_s``, then kill the rest."""
+        for host in self._hosts.values():
+            with contextlib.suppress(OSError):
+                if host.popen.stdin:
+                    host.popen.stdin.close()
         deadline = time.monotonic() + timeout_s
-        for procs in self._procs.values():
-            for p in procs:
-                left = max(0.1, deadline - time.monotonic())
-                try:
-                    p.popen.wait(left)
-                except subprocess.TimeoutExpired:
-                    log.warning("worker %d did not drain in time; killing it", p.popen.pid)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(p.popen.pid, signal.SIGKILL)
-                    p.popen.wait(5)
-        self._procs.clear()
+        for host in self._hosts.values():
+            try:  # in a thread: draining workers report to a proxy that may share this event loop
+                await asyncio.to_thread(host.popen.wait, max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("worker host %d did not drain in time; killing it", host.popen.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(host.popen.pid, signal.SIGKILL)
+                host.popen.wait(5)
+        self._hosts.clear()

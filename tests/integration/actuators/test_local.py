@@ -1,18 +1,19 @@
-"""The local actuator with real worker processes against a real proxy process.
+"""The local actuator with a real worker-host process against a real proxy process.
 
-Scale-down sends SIGTERM: a busy worker finishes its lease (the request completes) before it exits.
+Scale-down drains: a busy worker finishes its lease (the request completes once) before it stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from distrs.actuators.local import LocalActuator
-from tests.fixtures.service import WORKER, running_service
+from tests.fixtures.service import ADMIN, WORKER, running_service
 
 
-async def wait_for(pred, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+async def wait_for(pred: Callable[[], Awaitable[bool]], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if await pred():
@@ -23,13 +24,21 @@ async def wait_for(pred, timeout_s: float = 20.0) -> None:  # type: ignore[no-un
 
 async def test_scale_up_down_and_drain_never_kills_work() -> None:
     with running_service(workers={}) as svc:
-        act = LocalActuator(
-            proxy_url=svc.url, token=WORKER, extra_args={"execute": ["--reward-types", "synthetic"]}
-        )
+        # Lease polls of 1 s: a drained worker may still take the lease its in-flight poll gets.
+        act = LocalActuator(proxy_url=svc.url, token=WORKER, env={"DISTRS_WAIT_S": "1"})
+        admin = svc.client(ADMIN)
         try:
-            await act.set_replicas("compile", 2)
+            await act.set_replicas("compile", 3)
             obs = await act.observe()
-            assert obs["compile"].desired == 2 and obs["compile"].ready == 2
+            assert (obs["compile"].desired, obs["compile"].ready) == (3, 3) and act.total_processes() == 1
+
+            async def workers_polling(n: int) -> Callable[[], Awaitable[bool]]:
+                async def check() -> bool:
+                    return bool(admin.get("/v1/stats").json()["workers"].get("compile", 0) >= n)
+
+                return check
+
+            await wait_for(await workers_polling(3))
             c = svc.client()
             c.post("/v1/batches", json={"task": "t", "batch_id": "b", "size": 2})
             body = {
@@ -47,23 +56,25 @@ async def test_scale_up_down_and_drain_never_kills_work() -> None:
             assert c.post("/v1/requests", json=body).status_code == 202
 
             async def both_running() -> bool:
-                stats = svc.client("admin-token").get("/v1/stats").json()
-                return bool(stats["running"].get("compile") == 2)
+                return bool(admin.get("/v1/stats").json()["running"].get("compile") == 2)
 
             await wait_for(both_running)
-            await act.set_replicas("compile", 0)  # both are busy: they must finish first
-            obs = await act.observe()
-            assert obs["compile"].ready == 0
+            await act.set_replicas("compile", 0)  # two are busy: they must finish first
+            assert (await act.observe())["compile"].ready == 0
             r = c.get("/v1/batches/t/b/results", params={"wait_s": 20}).json()
             assert r["complete"] and [x["status"] for x in r["results"]] == ["ok", "ok"]
             assert all(len(x["stages"]) == 1 for x in r["results"])  # each ran once, no requeue
-
-            async def all_exited() -> bool:
-                return act.total_processes() == 0 or all(
-                    p.popen.poll() is not None for ps in act._procs.values() for p in ps
-                )
-
-            await wait_for(all_exited)
+            # nobody serves compile any more: a new request stays queued
+            await asyncio.sleep(1.5)  # past the drained workers' last in-flight poll
+            c.post("/v1/batches", json={"task": "t", "batch_id": "b2", "size": 1})
+            r2 = c.post("/v1/requests", json={**body["requests"][0], "batch_id": "b2", "request_id": "r9"})
+            assert r2.json()["accepted"] == 1
+            await asyncio.sleep(1.5)
+            assert admin.get("/v1/stats").json()["queues"]["compile"] == 1
+            await act.set_replicas("compile", 1)  # the same host resumes it
+            r = c.get("/v1/batches/t/b2/results", params={"wait_s": 20}).json()
+            assert r["complete"] and act.total_processes() == 1
         finally:
-            await act.close(timeout_s=10)
-        assert act.total_processes() == 0
+            pids = act.pids()
+            await act.close(timeout_s=20)
+        assert act.total_processes() == 0 and pids
