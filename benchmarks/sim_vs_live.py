@@ -1,0 +1,160 @@
+"""Sim-vs-live: the same time-compressed trace slice through the live service and the simulator.
+
+Live: ``distrs up``'s embedded service (memory store, planner with the ``distrs`` policy, local
+worker host) driven by ``distrs replay`` at ``SPEEDUP``; its pipeline timeouts, default batch span
+and D are divided by the speedup so the planner reasons in compressed time. Sim: the cluster
+simulator on the same trace with the same policy, D, history window and worker cap, times in
+trace seconds. Live figures are converted back to trace seconds (× speedup) before comparing
+worker-seconds per stage and mean extra delay. Target (issue): agree within 15%.
+
+Run: ``.venv/bin/python benchmarks/sim_vs_live.py`` (about 3 minutes); writes
+``benchmarks/results/sim_vs_live.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from distrs.local_service import serve
+from distrs.replay.demo import compressed_pipelines
+from distrs.replay.run import replay_async
+from distrs.sim.cluster import ClusterParams, replay
+from distrs.sim.generator import GeneratorParams, generate
+from distrs.sim.trace import dump, load, read_meta
+
+SPEEDUP = 20.0
+D_TRACE_S = 20.0  # D in trace seconds (1 s of compressed time)
+MAX_WORKERS = 64
+HISTORY = 8
+REPLAN_TRACE_S = 40.0  # the live planner re-plans every 2 compressed seconds
+OUT = Path(__file__).resolve().parent / "results"
+
+
+async def live(trace: Path) -> dict[str, Any]:
+    meta = read_meta(trace)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "p.yaml"
+        cfg.write_text(yaml.safe_dump(compressed_pipelines(meta, SPEEDUP)))
+        overrides = {
+            "default_batch_span_s": 900.0 / SPEEDUP,
+            "max_extra_delay_s": D_TRACE_S / SPEEDUP,
+            "interval_s": REPLAN_TRACE_S / SPEEDUP,
+            "history_batches": HISTORY,
+        }
+        t0 = time.monotonic()
+        async with serve(
+            port=0,
+            insecure=True,
+            pipelines_file=str(cfg),
+            max_workers=MAX_WORKERS,
+            planner_overrides=overrides,
+        ) as running:
+            _, reports, _ = await replay_async(running.url, trace, SPEEDUP, console=Console(quiet=True))
+            allocated = dict(running.planner.allocated_s)
+        wall = time.monotonic() - t0
+    stages = [s["name"] for s in meta["stages"]]
+    delays = [r.extra_delay_s * SPEEDUP for r in reports if r.extra_delay_s is not None]
+    return {
+        "worker_seconds": {s: allocated.get(s, 0.0) * SPEEDUP for s in stages},
+        "busy_seconds": {s: sum(r.busy_s.get(s, 0.0) for r in reports) * SPEEDUP for s in stages},
+        "extra_delay_s": {"mean": statistics.mean(delays), "max": max(delays)},
+        "batches": len(reports),
+        "wall_s": wall,
+    }
+
+
+def sim(trace: Path) -> dict[str, Any]:
+    params = ClusterParams(
+        policy="distrs",
+        max_extra_delay_s=D_TRACE_S,
+        cold_start_s=1.0 * SPEEDUP,
+        max_replicas=MAX_WORKERS,
+        replan_interval_s=REPLAN_TRACE_S,
+        history_window=HISTORY,
+    )
+    r = replay(load(trace), params)
+    s = r.summary()
+    return {
+        "worker_seconds": s["worker_seconds"],
+        "busy_seconds": s["busy_seconds"],
+        "extra_delay_s": {"mean": s["extra_delay_s"]["mean"], "max": s["extra_delay_s"]["max"]},
+        "batches": s["batches"],
+    }
+
+
+def ratio(a: float, b: float) -> float | None:
+    return None if b == 0 else a / b
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_base = Path(tmp) / "slice"
+        dump(generate(GeneratorParams(tasks=3, iterations=4, batch=64, seed=3)), trace_base)
+        trace = Path(f"{trace_base}.csv.gz")
+        lv = asyncio.run(live(trace))
+        sm = sim(trace)
+    stages = list(sm["worker_seconds"])
+    cmp = {
+        "worker_seconds_live_over_sim": {
+            s: ratio(lv["worker_seconds"][s], sm["worker_seconds"][s]) for s in stages
+        },
+        "busy_seconds_live_over_sim": {
+            s: ratio(lv["busy_seconds"][s], sm["busy_seconds"][s]) for s in stages
+        },
+        "mean_extra_delay_live_minus_sim_s": lv["extra_delay_s"]["mean"] - sm["extra_delay_s"]["mean"],
+    }
+    result = {
+        "trace": "generated: 3 tasks x 4 iterations x 64, seed 3",
+        "speedup": SPEEDUP,
+        "D_trace_s": D_TRACE_S,
+        "live": lv,
+        "sim": sm,
+        "comparison": cmp,
+    }
+    OUT.mkdir(exist_ok=True)
+    (OUT / "sim_vs_live.json").write_text(json.dumps(result, indent=2))
+    lines = [
+        "# Sim vs live",
+        "",
+        f"Trace: {result['trace']}; speedup {SPEEDUP:g}x; D = {D_TRACE_S:g} s (trace time).",
+        "All figures in trace seconds.",
+        "",
+        "| figure | live | sim | live/sim |",
+        "|---|---|---|---|",
+    ]
+    for s in stages:
+        r = cmp["worker_seconds_live_over_sim"][s]
+        lines.append(
+            f"| worker-seconds {s} | {lv['worker_seconds'][s]:.0f} | {sm['worker_seconds'][s]:.0f} | "
+            f"{r:.2f} |"
+            if r is not None
+            else f"| worker-seconds {s} | - | - | - |"
+        )
+    for s in stages:
+        r = cmp["busy_seconds_live_over_sim"][s]
+        lines.append(
+            f"| busy seconds {s} | {lv['busy_seconds'][s]:.0f} | {sm['busy_seconds'][s]:.0f} | {r:.2f} |"
+            if r is not None
+            else f"| busy seconds {s} | - | - | - |"
+        )
+    lines.append(
+        f"| mean extra delay (s) | {lv['extra_delay_s']['mean']:.2f} | {sm['extra_delay_s']['mean']:.2f} | |"
+    )
+    lines.append(
+        f"| max extra delay (s) | {lv['extra_delay_s']['max']:.2f} | {sm['extra_delay_s']['max']:.2f} | |"
+    )
+    (OUT / "sim_vs_live.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
