@@ -38,7 +38,7 @@ def up(
         str | None, typer.Option("--config", help="Pipeline YAML (stages, reward types).")
     ] = None,
     policy: Annotated[str, typer.Option(help="Scaling policy: distrs | history | static.")] = "distrs",
-    max_workers: Annotated[int, typer.Option(help="Most local workers per stage.")] = 8,
+    max_workers: Annotated[int, typer.Option(help="Most local workers per stage.")] = 32,
     log_level: LogLevel = "info",
 ) -> None:
     """Run proxy, planner and local workers on this machine; Ctrl-C drains and stops."""
@@ -205,7 +205,7 @@ def replay(
 @app.command()
 def demo(
     speedup: Annotated[float, typer.Option(help="Time compression of the shipped trace slice.")] = 20.0,
-    max_workers: Annotated[int, typer.Option(help="Most local workers per stage.")] = 6,
+    max_workers: Annotated[int, typer.Option(help="Most local workers per stage.")] = 64,
 ) -> None:
     """Bring the embedded service up, replay a short multi-tenant slice, print the table, stop."""
     from distrs.replay.demo import demo_main

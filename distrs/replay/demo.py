@@ -54,6 +54,6 @@ async def _demo(trace: Path, speedup: float, max_workers: int, console: Console)
     return 1 if bad else 0
 
 
-def demo_main(speedup: float = 20.0, max_workers: int = 6, trace: str | None = None) -> int:
+def demo_main(speedup: float = 20.0, max_workers: int = 64, trace: str | None = None) -> int:
     console = Console()
     return asyncio.run(_demo(Path(trace) if trace else demo_trace(), speedup, max_workers, console))

@@ -1,0 +1,184 @@
+"""DistRS scaling evaluation (paper Sec. 6): policies side by side, EBF vs FCFS, planner runtime.
+
+Runs on the three shared traces (``../shared/traces``: cuda-colocated, cuda-disaggregated,
+cuda-single) when they are present, else on traces of the same shape made by
+``distrs.sim.generator``. Writes ``benchmarks/results/scaling.json`` + ``scaling.md`` + PNGs and
+checks each target of the scaling issue, reporting the measured figure whatever it is.
+
+    .venv/bin/python benchmarks/scaling.py [--quick]     # --quick: 10 iterations per task
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from distrs.sim.cluster import ClusterParams, ReplayResult
+from distrs.sim.experiments import (
+    compare_policies,
+    ebf_sweep,
+    gpus_needed,
+    planner_runtime,
+    ratios,
+    two_batch_trace,
+)
+from distrs.sim.generator import GeneratorParams, generate
+from distrs.sim.report import (
+    ebf_markdown,
+    plot_allocation,
+    plot_delay,
+    plot_ebf,
+    plot_normalized,
+    plot_runtime,
+    runtime_markdown,
+    scaling_json,
+    scaling_markdown,
+)
+from distrs.sim.trace import Trace, load
+
+ROOT = Path(__file__).resolve().parent
+OUT = ROOT / "results"
+SHARED = ROOT.parent.parent / "shared" / "traces"
+TRACES = {
+    "cuda-colocated": (
+        GeneratorParams(mode="colocated", seed=7),
+        ("distrs", "history", "zq-dedicated", "ideal"),
+    ),
+    "cuda-disaggregated": (
+        GeneratorParams(mode="disaggregated", seed=8),
+        ("distrs", "history", "zq-dedicated", "ideal"),
+    ),
+    "cuda-single": (
+        GeneratorParams(tasks=1, mode="colocated", seed=9),
+        ("distrs", "history", "zq-dedicated", "ideal"),
+    ),
+}
+
+
+def get_trace(name: str, gen: GeneratorParams) -> tuple[Trace, str]:
+    path = SHARED / f"{name}.csv.gz"
+    if path.exists() and (SHARED / f"{name}.meta.json").exists():
+        return load(path), str(path)
+    return generate(gen), f"generated ({gen})"
+
+
+def check(measured: float | None, op: str, target: float) -> dict[str, Any]:
+    ok = None if measured is None else (measured >= target if op == ">=" else measured <= target)
+    return {"measured": measured, "target": f"{op} {target}", "met": ok}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="first 10 iterations of each task only")
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()},
+        "traces": {},
+    }
+    md = ["# Scaling benchmark (DistRS Sec. 6)", ""]
+    all_results: dict[str, dict[str, ReplayResult]] = {}
+    params = ClusterParams()
+    report["params"] = {
+        "max_extra_delay_s": params.max_extra_delay_s,
+        "cold_start_s": params.cold_start_s,
+        "queue": str(params.queue_policy),
+    }
+    for name, (gen, policies) in TRACES.items():
+        trace, source = get_trace(name, gen)
+        if args.quick:
+            trace = trace.select(trace.iteration < 10)
+        t0 = time.perf_counter()
+        results = compare_policies(trace, policies, params)
+        wall = time.perf_counter() - t0
+        all_results[name] = results
+        rat = ratios(results)
+        report["traces"][name] = {
+            "source": source,
+            "requests": trace.n,
+            "wall_s": round(wall, 1),
+            **scaling_json(results),
+            "ratios": rat,
+        }
+        md.append(
+            scaling_markdown(
+                f"{name} ({trace.n} requests, {wall:.0f} s for {len(policies)} policies)", results, rat
+            )
+        )
+        prefix = OUT / f"scaling-{name}"
+        plot_allocation(results, prefix, name)
+        plot_delay(results, prefix, name)
+        print(f"{name}: {wall:.0f}s", json.dumps(scaling_json(results)), flush=True)
+    plot_normalized(
+        {k: v for k, v in all_results.items() if k != "cuda-single"},
+        OUT / "scaling-normalized-gpu.png",
+        "execute",
+    )
+
+    colo, _ = get_trace("cuda-colocated", TRACES["cuda-colocated"][0])
+    counts = [*list(range(8, 41, 2)), 44, 48, 52, 56, 64]
+    t0 = time.perf_counter()
+    points = ebf_sweep(two_batch_trace(colo, 100.0, 25), counts)
+    needed = {str(th): gpus_needed(points, th) for th in (2.0, 5.0, 10.0)}
+    report["ebf"] = {
+        "iteration": 25,
+        "gap_s": 100.0,
+        "points": [p.__dict__ for p in points],
+        "gpus_needed": needed,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    plot_ebf(points, OUT / "scaling-ebf.png")
+    md += [
+        "### EBF vs FCFS (two batches 100 s apart, CPU unconstrained; Fig. 14)",
+        "",
+        ebf_markdown(points, needed),
+    ]
+
+    rt = planner_runtime((1, 2, 4, 8, 12, 16, 20, 24), repeats=3)
+    report["planner_runtime"] = [p.__dict__ for p in rt]
+    plot_runtime(rt, OUT / "scaling-planner-runtime.png")
+    md += ["### Planner decision time (`distrs` policy, 2 stages; Fig. 15)", "", runtime_markdown(rt)]
+
+    # Targets of the scaling issue, measured.
+    t: dict[str, Any] = {}
+    for name, gpu_t, cpu_t, d_t in (
+        ("cuda-colocated", 3.79, 1.98, 0.62),
+        ("cuda-disaggregated", 3.49, 2.16, 0.85),
+    ):
+        r = report["traces"][name]
+        z = r["ratios"].get("zq_over_distrs", {})
+        t[f"{name}: GPU worker-s zq-dedicated/distrs"] = check(z.get("execute"), ">=", gpu_t)
+        t[f"{name}: CPU worker-s zq-dedicated/distrs"] = check(z.get("compile"), ">=", cpu_t)
+        t[f"{name}: distrs mean extra delay (s)"] = check(
+            r["policies"]["distrs"]["extra_delay_s"]["mean"], "<=", d_t
+        )
+        for stage, v in r["ratios"].get("distrs_over_ideal", {}).items():
+            t[f"{name}: distrs/ideal worker-s, {stage}"] = check(v, "<=", 1.15)
+    single = report["traces"]["cuda-single"]["policies"]
+    hd, dd = single["history"]["extra_delay_s"]["mean"], single["distrs"]["extra_delay_s"]["mean"]
+    t["cuda-single: history mean d / distrs mean d"] = check(round(hd / dd, 2) if dd > 0 else None, ">=", 3.0)
+    five = needed["5.0"]
+    t["EBF: FCFS GPUs / EBF GPUs at mean d <= 5 s"] = check(
+        round(five["fcfs"] / five["ebf"], 3) if five["ebf"] and five["fcfs"] else None, ">=", 1.5
+    )
+    at16 = min(rt, key=lambda p: abs(p.requests - 16000))
+    t[f"planner decision at {at16.requests} estimated requests (s)"] = check(
+        round(at16.seconds, 3), "<=", 0.2
+    )
+    t["cuda-colocated: four-policy bench wall time (s)"] = check(
+        report["traces"]["cuda-colocated"]["wall_s"], "<=", 600
+    )
+    report["targets"] = t
+    md += ["### Targets", "", "| target | measured | wanted | met |", "|---|---|---|---|"]
+    md += [f"| {k} | {v['measured']} | {v['target']} | {v['met']} |" for k, v in t.items()]
+    (OUT / "scaling.json").write_text(json.dumps(report, indent=2) + "\n")
+    (OUT / "scaling.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

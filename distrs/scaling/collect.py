@@ -1,0 +1,189 @@
+"""Alg. 2 of DistRS: estimate the requests every active batch still has to serve.
+
+For each active batch of every task (multi-tenant, Sec. 5.2), from the profile chosen by
+``fallback.choose_profile``:
+
+* **Future** (lines 8-10): profile requests with AT + r_i > now keep their arrival AT + r_i and
+  run times s_i. AT is the batch's anchor (rollout-start hint when given). The count is matched
+  to what is really left, ``size − submitted``: a batch ahead of its profile keeps only the last
+  of them; a batch behind it (fewer arrived than the profile predicts by now) also gets the
+  missing ones, taken from the profile's latest past requests and arriving from now on with the
+  same spacing — without this a slow rollout would be planned as finished and get 0 workers.
+* **Queuing_k** (lines 13-15): one request per queued one, arriving now, with s_{i'k..M} of a
+  profile request i' drawn uniformly among those that reach stage k.
+* **Running_k** (lines 17-19): one per running request with elapsed e, drawn among profile
+  requests with s_{i'k} > e, remaining s_{i'k} − e, then s_{i'(k+1)..M}. When no profile request
+  ran that long, it is assumed to run to the stage timeout (remaining T_k − e, at least 1 s) and
+  end there, as requests that long usually do (Sec. 3.1).
+
+Requests that reach no stage (e.g. generation failed) need no worker and are left out of the
+workload; they still count in T_b. The batch's T_b is Eq. 1-2 over the profile, shifted to the
+anchor. Sampling uses a generator seeded from (options.seed, task, batch, now), so a decision is
+reproducible.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from distrs.scaling.context import ActiveBatch, OracleBatch, PlanContext
+from distrs.scaling.fallback import ProfileArrays, choose_profile, default_profile, to_arrays
+from distrs.scaling.workload import Workload, concat, timeout_suffix
+
+
+def _rng(seed: int, batch: ActiveBatch, now: float) -> np.random.Generator:
+    tag = f"{seed}|{batch.task}|{batch.batch_id}|{round(now * 1000)}".encode()
+    return np.random.default_rng(zlib.crc32(tag))
+
+
+def _resize(p: ProfileArrays, size: int) -> ProfileArrays:
+    """Stretch or thin a profile to ``size`` requests, keeping its r-quantiles."""
+    n = p.r.size
+    if n == size or n == 0 or size <= 0:
+        return p
+    order = np.argsort(p.r, kind="stable")
+    idx = order[(np.arange(size) * n) // size]
+    return ProfileArrays(p.r[idx], p.s[idx], p.source)
+
+
+def profile_arrays(ctx: PlanContext, batch: ActiveBatch, reward_type_of: Mapping[str, str]) -> ProfileArrays:
+    names = [s.name for s in ctx.stages]
+    profile, source = choose_profile(batch.task, batch.reward_type, ctx.histories, reward_type_of)
+    if profile is None or not profile.requests:
+        return default_profile(
+            batch.size,
+            names,
+            [s.timeout_s for s in ctx.stages],
+            ctx.stages_of(batch.reward_type),
+            ctx.options,
+        )
+    return _resize(to_arrays(profile, names, source), batch.size)
+
+
+def collect_batch(ctx: PlanContext, batch: ActiveBatch, prof: ProfileArrays) -> Workload:
+    """Alg. 2 for one batch."""
+    names = [s.name for s in ctx.stages]
+    index = {n: i for i, n in enumerate(names)}
+    m = len(names)
+    now = ctx.now
+    rng = _rng(ctx.options.seed, batch, now)
+    arrivals: list[np.ndarray] = []
+    services: list[np.ndarray] = []
+    firsts: list[np.ndarray] = []
+    runnings: list[np.ndarray] = []
+
+    # Future requests (lines 8-10).
+    remaining = max(batch.size - batch.submitted, 0)
+    future = batch.anchor + prof.r > now
+    fut = np.flatnonzero(future)
+    fut_arrival = batch.anchor + prof.r[fut]
+    if fut.size > remaining:  # the batch is ahead of its profile: only the last ones are left
+        keep = np.argsort(prof.r[fut], kind="stable")[fut.size - remaining :]
+        fut, fut_arrival = fut[keep], fut_arrival[keep]
+    elif fut.size < remaining:  # behind its profile: the missing ones follow from now on
+        past = np.flatnonzero(~future)
+        late = past[np.argsort(prof.r[past], kind="stable")[past.size - (remaining - fut.size) :]]
+        fut = np.concatenate([fut, late])
+        fut_arrival = np.concatenate([fut_arrival, now + prof.r[late] - prof.r[late].min()])
+    work = prof.s[fut].sum(axis=1) > 0
+    arrivals.append(fut_arrival[work])
+    services.append(prof.s[fut[work]])
+    firsts.append(np.zeros(int(work.sum()), dtype=np.int64))
+    runnings.append(np.zeros(int(work.sum()), dtype=bool))
+
+    for stage, count in batch.queued.items():
+        k = index.get(stage)
+        if k is None or count <= 0:
+            continue
+        cand = np.flatnonzero(prof.s[:, k] > 0)
+        if cand.size:
+            pick = cand[rng.integers(0, cand.size, size=count)]
+            svc = prof.s[pick].copy()
+        else:
+            svc = np.zeros((count, m))
+            svc[:, k] = ctx.stages[k].timeout_s * ctx.options.default_stage_fraction
+        svc[:, :k] = 0.0  # line 15: s_{i'k}, ..., s_{i'M}
+        arrivals.append(np.full(count, now))
+        services.append(svc)
+        firsts.append(np.full(count, k, dtype=np.int64))
+        runnings.append(np.zeros(count, dtype=bool))
+
+    for stage, elapsed_list in batch.running_elapsed.items():
+        k = index.get(stage)
+        if k is None or not len(elapsed_list):
+            continue
+        elapsed = np.asarray(elapsed_list, dtype=float)
+        cand = np.flatnonzero(prof.s[:, k] > 0)
+        cand = cand[np.argsort(prof.s[cand, k], kind="stable")]
+        sk = prof.s[cand, k]
+        pos = np.searchsorted(sk, elapsed, side="right")
+        have = pos < cand.size
+        svc = np.zeros((elapsed.size, m))
+        if have.any():
+            span = cand.size - pos[have]
+            choice = pos[have] + np.floor(rng.random(span.size) * span).astype(np.int64)
+            picked = cand[choice]
+            svc[have] = prof.s[picked]
+            svc[have, k] = prof.s[picked, k] - elapsed[have]  # line 19: s_{i'k} − e_ik
+        svc[~have, k] = np.maximum(ctx.stages[k].timeout_s - elapsed[~have], 1.0)
+        svc[:, :k] = 0.0
+        arrivals.append(np.full(elapsed.size, now))
+        services.append(svc)
+        firsts.append(np.full(elapsed.size, k, dtype=np.int64))
+        runnings.append(np.ones(elapsed.size, dtype=bool))
+
+    arrival = np.concatenate(arrivals)
+    return Workload(
+        stage_names=names,
+        arrival=arrival,
+        service=np.concatenate(services, axis=0),
+        first_stage=np.concatenate(firsts),
+        running=np.concatenate(runnings),
+        batch=np.zeros(arrival.size, dtype=np.int64),
+        batch_keys=[batch.key],
+        batch_T=np.array([batch.anchor + prof.earliest_completion()]),
+        timeout_suffix=timeout_suffix(
+            names, [s.timeout_s for s in ctx.stages], ctx.stages_of(batch.reward_type)
+        )[None, :],
+        now=now,
+        debug={"source": prof.source},
+    )
+
+
+def collect(ctx: PlanContext, batches: Sequence[ActiveBatch] | None = None) -> Workload:
+    """Alg. 2 over every active batch of every task (or the given subset)."""
+    chosen = list(ctx.batches if batches is None else batches)
+    reward_type_of = {b.task: b.reward_type for b in ctx.batches}
+    parts = [collect_batch(ctx, b, profile_arrays(ctx, b, reward_type_of)) for b in chosen]
+    wl = concat(parts, [s.name for s in ctx.stages], ctx.now)
+    wl.debug["sources"] = {
+        f"{b.task}/{b.batch_id}": p.debug.get("source") for b, p in zip(chosen, parts, strict=True)
+    }
+    return wl
+
+
+def from_oracle(ctx: PlanContext, oracle: Sequence[OracleBatch]) -> Workload:
+    """Exact remaining requests (the ``ideal`` policy's perfect knowledge)."""
+    names = [s.name for s in ctx.stages]
+    timeouts = [s.timeout_s for s in ctx.stages]
+    parts = []
+    for ob in oracle:
+        keep = ob.service.sum(axis=1) > 0
+        parts.append(
+            Workload(
+                stage_names=names,
+                arrival=ob.arrival[keep],
+                service=ob.service[keep],
+                first_stage=ob.first_stage[keep],
+                running=ob.running[keep],
+                batch=np.zeros(int(keep.sum()), dtype=np.int64),
+                batch_keys=[ob.key],
+                batch_T=np.array([ob.earliest_completion]),
+                timeout_suffix=timeout_suffix(names, timeouts, ctx.stages_of(ob.reward_type))[None, :],
+                now=ctx.now,
+            )
+        )
+    return concat(parts, names, ctx.now)

@@ -1,0 +1,115 @@
+"""What a scaling decision reads (``PlanContext``) and what it returns (``Decision``).
+
+This is the stable boundary between the pure scaling algorithms and whoever drives them: the
+live planner process builds a ``PlanContext`` from the store, the cluster simulator builds one
+from its own state. Everything is plain data; the clock is ``now`` (no wall-clock reads here).
+
+Vocabulary follows DistRS Sec. 5: a batch's *anchor* is the time its profile's r_i are measured
+from (the rollout-start hint, or the registration time when no hint was given); *queued* and
+*running_elapsed* are the Queuing_k / Running_k sets of Alg. 2; ``max_extra_delay_s`` is D.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from distrs.core.history import BatchProfile
+from distrs.core.stages import StageSpec
+
+BatchKey = tuple[str, str]
+"""(task, batch_id): identifies one batch across tenants."""
+
+
+@dataclass(frozen=True)
+class ActiveBatch:
+    """A batch the service has seen and not yet finished (one entry of Alg. 2's input)."""
+
+    task: str
+    batch_id: str
+    reward_type: str
+    size: int
+    anchor: float
+    submitted: int = 0
+    queued: Mapping[str, int] = field(default_factory=dict)
+    running_elapsed: Mapping[str, Sequence[float]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> BatchKey:
+        return (self.task, self.batch_id)
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """Tunables shared by the policies. Defaults are the ones the benchmarks use."""
+
+    static_replicas: Mapping[str, int] | int = 1
+    """``static`` policy: replicas per stage (one number for every stage, or per stage name)."""
+    default_span_s: float = 300.0
+    """First-batch fallback, last resort: requests spread evenly over [first_s, span_s] after
+    the anchor (a compressed rollout, so the guess errs on the side of more workers) ..."""
+    default_first_s: float = 30.0
+    default_stage_fraction: float = 0.25
+    """... each running ``fraction × T_j`` at every stage of its type (see ``fallback.py``)."""
+    seed: int = 0
+    """Mixed into the sampling of Queuing_k / Running_k requests (Alg. 2 lines 14, 18)."""
+    timeout_wait_floor: bool = False
+    """Timeout-aware rule variant: a queued request may always wait up to D (see simulate.py)."""
+    warm_start: Mapping[str, int] | None = None
+    """Previous decision per stage; lets the search probe near it first (same answer, fewer runs)."""
+
+
+@dataclass(frozen=True)
+class OracleBatch:
+    """Perfect knowledge of one active batch, for the ``ideal`` policy (simulator only).
+
+    ``arrival`` is absolute; ``service`` is the remaining run time per stage (pipeline order,
+    0 = the request does not visit that stage); ``first_stage``/``running`` say where each
+    request is now. ``earliest_completion`` is the batch's true T (Eq. 2).
+    """
+
+    key: BatchKey
+    reward_type: str
+    earliest_completion: float
+    arrival: npt.NDArray[np.float64]
+    service: npt.NDArray[np.float64]
+    first_stage: npt.NDArray[np.int64]
+    running: npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """Everything one scaling decision may look at."""
+
+    now: float
+    stages: Sequence[StageSpec]
+    batches: Sequence[ActiveBatch]
+    histories: Mapping[str, Sequence[BatchProfile]] = field(default_factory=dict)
+    max_extra_delay_s: float = 2.0
+    max_replicas: int = 1000
+    policy: str = "distrs"
+    options: PolicyOptions = field(default_factory=PolicyOptions)
+    reward_stages: Mapping[str, Sequence[str]] | None = None
+    """Stage names per reward type; None = every type uses all ``stages`` in order."""
+    oracle: Sequence[OracleBatch] | None = None
+    """Ground truth for the ``ideal`` policy; the live planner leaves it None."""
+
+    def stages_of(self, reward_type: str) -> Sequence[str]:
+        if self.reward_stages is not None and reward_type in self.reward_stages:
+            return self.reward_stages[reward_type]
+        return [s.name for s in self.stages]
+
+
+@dataclass
+class Decision:
+    """Replicas per stage plus what the policy believed when it chose them."""
+
+    replicas: dict[str, int]
+    estimated_completion: dict[BatchKey, float] = field(default_factory=dict)
+    dedicated: dict[str, dict[str, int]] | None = None
+    """``zq-dedicated`` only: replicas per task and stage (separate pools, summed in ``replicas``)."""
+    debug: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,289 @@
+"""SIMULATE of DistRS Alg. 1 (line 12): does a worker allocation meet every batch's deadline?
+
+A discrete-event simulation of M stages in series, each a pool of N_k identical workers that run
+one request at a time (Sec. 4). Queues are ordered Earliest Batch First — the batch's estimated
+completion T_b, then arrival at the stage — or FCFS for comparison (Sec. 5.2: "we also apply EBF
+within the SIMULATE function").
+
+Why stage by stage: the pipeline is feed-forward (a request only moves to later stages), and a
+stage's queue discipline only looks at the requests that reached it, so stage k can be simulated
+completely once stage k-1's departure times are known. That turns one event loop over every
+stage into M small loops, each a heap of worker-free times, and lets the search (Alg. 1) cache
+the stages before the one it is probing. The loops are plain Python over lists with ``heapq``
+(the hot path is one ``heapreplace`` per request); everything around them is numpy.
+
+Checks, in the order they can fail:
+* the timeout-aware rule (Sec. 5.1): a request found queued at stage k at time ts fails the
+  check at once when LT = ts + Σ_{j≥k} T_j exceeds its batch's deadline T_b + D. A queued
+  request is last found queued just before it starts, so the rule reads: a request that waited
+  must start by T_b + D − Σ_{j≥k} T_j;
+* the batch-level constraint (Eq. 5): every batch must finish by T_b + D.
+
+Already-running requests (Running_k of Alg. 2) hold a worker from ``now`` until their remaining
+time is up. When N_k is below the number running, the surplus workers retire as soon as they are
+free — exactly what the cluster does, since scale-down never kills a busy worker.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from distrs.core.priority import QueuePolicy
+from distrs.scaling.workload import F64, I64, Workload
+
+EPS = 1e-9
+
+
+@dataclass
+class SimResult:
+    """Outcome of one simulation run."""
+
+    satisfied: bool
+    reason: str  # "ok" | "deadline" | "infeasible" (a check failed mid-stage) | "no-workers"
+    stage: str | None = None  # where the timeout rule fired / workers were missing
+    batch_finish: F64 = field(default_factory=lambda: np.zeros(0))
+    completion: F64 = field(default_factory=lambda: np.zeros(0))
+
+    def extra_delay(self, batch_T: F64) -> F64:
+        """d_b = finish_b − T_b, floored at 0 (Table 1)."""
+        return np.maximum(self.batch_finish - batch_T, 0.0)
+
+
+def serve_fcfs(
+    arr: list[float], svc: list[float], free: list[float], wait_limit: list[float], limit: list[float]
+) -> list[float] | None:
+    """Start times of requests served in arrival order by workers free at ``free`` (a heap).
+
+    Returns None as soon as a request that had to wait starts after its ``wait_limit`` (the
+    timeout-aware rule), or one finishes after its ``limit`` (the latest finish at this stage
+    that can still meet its batch deadline).
+    """
+    start = [0.0] * len(arr)
+    replace = heapq.heapreplace
+    for i, a in enumerate(arr):
+        f = free[0]
+        if a >= f:
+            s0 = a
+        else:
+            if f > wait_limit[i]:
+                return None
+            s0 = f
+        end = s0 + svc[i]
+        if end > limit[i]:
+            return None
+        start[i] = s0
+        replace(free, end)
+    return start
+
+
+def serve_priority(
+    arr: list[float],
+    svc: list[float],
+    rank: list[int],
+    free: list[float],
+    wait_limit: list[float],
+    limit: list[float],
+) -> list[float] | None:
+    """Start times under a non-preemptive priority queue (None on an early failure, as above).
+
+    ``arr`` is sorted ascending; ``rank[i]`` is request i's position in priority order (EBF:
+    batch T_b, then arrival), a permutation of range(n) — plain ints keep the heap cheap. A freed
+    worker takes the best-ranked request that has arrived by then; an idle worker takes the next
+    arrival as it comes.
+    """
+    n = len(arr)
+    start = [0.0] * n
+    inv = [0] * n
+    for i, r in enumerate(rank):
+        inv[r] = i
+    ready: list[int] = []
+    replace, push, pop = heapq.heapreplace, heapq.heappush, heapq.heappop
+    i = 0
+    while i < n:
+        # Nobody waiting (every arrived request has started): requests start as they arrive
+        # while a worker is free.
+        a = arr[i]
+        f = free[0]
+        if a >= f:
+            end = a + svc[i]
+            if end > limit[i]:
+                return None
+            start[i] = a
+            replace(free, end)
+            i += 1
+            continue
+        # A busy period: serve by rank until the queue is empty again.
+        while True:
+            while i < n and arr[i] <= f:
+                push(ready, rank[i])
+                i += 1
+            j = inv[pop(ready)]
+            if f > arr[j] and f > wait_limit[j]:
+                return None
+            end = f + svc[j]
+            if end > limit[j]:
+                return None
+            start[j] = f
+            replace(free, end)
+            if not ready:
+                break
+            f = free[0]
+    return start
+
+
+class Simulator:
+    """SIMULATE(Num, R, S, D) for one workload, reusable across the probes of a search.
+
+    ``deadlines`` is the absolute deadline per batch (T_b + D, see ``search.deadlines``).
+    """
+
+    def __init__(
+        self,
+        wl: Workload,
+        deadlines: F64,
+        policy: QueuePolicy = QueuePolicy.EBF,
+        timeout_aware: bool = True,
+        wait_floor: bool = False,
+        max_extra_delay_s: float = 0.0,
+    ) -> None:
+        self.wl = wl
+        self.deadlines = np.asarray(deadlines, dtype=float)
+        self.policy = policy
+        self.timeout_aware = timeout_aware
+        self.wait_floor = wait_floor
+        self.max_extra_delay_s = max_extra_delay_s
+        self.runs = 0
+        m = wl.num_stages
+        req_dl = self.deadlines[wl.batch] if wl.n else np.zeros(0)
+        self._req_deadline = req_dl
+        prio = wl.batch_T[wl.batch] if policy is QueuePolicy.EBF and wl.n else np.zeros(wl.n)
+        self._prio = prio
+        self._visit: list[I64] = []
+        self._run: list[I64] = []
+        self._queue: list[I64] = []
+        for k in range(m):
+            vis = (wl.service[:, k] > 0) & (wl.first_stage <= k)
+            run = vis & (wl.first_stage == k) & wl.running
+            self._visit.append(np.flatnonzero(vis))
+            self._run.append(np.flatnonzero(run))
+            self._queue.append(np.flatnonzero(vis & ~run))
+        rest = np.cumsum(wl.service[:, ::-1], axis=1)[:, ::-1] - wl.service
+        self._rest = [rest[:, k] for k in range(m)]  # Σ_{j>k} s_j per request
+        self._cache: dict[tuple[int, ...], tuple[F64, SimResult | None]] = {}
+        self._prep: dict[tuple[int, ...], tuple[Any, ...]] = {}
+
+    def visitors(self, k: int) -> int:
+        return int(self._visit[k].shape[0])
+
+    def _prepare(self, k: int, t: F64) -> tuple[Any, ...]:
+        """Queue members of stage k in arrival order, with their limits, as plain lists."""
+        wl = self.wl
+        q = self._queue[k]
+        arr_all = t[q]
+        order = np.argsort(arr_all, kind="stable")
+        idx = q[order]
+        arr = arr_all[order]
+        svc = wl.service[idx, k]
+        # Sec. 5.1: a request found queued at stage k at time ts fails the check when
+        # LT = ts + Σ_{j≥k} T_j > T_b + D; the last moment it is found queued is just before it
+        # starts, so a waiting request must start by T_b + D − Σ_{j≥k} T_j. And no request may
+        # finish stage k later than its deadline minus the run time it still needs downstream
+        # (the batch constraint of Eq. 5, checked early so failing probes stop early).
+        dl = self._req_deadline[idx]
+        if self.timeout_aware:
+            wait_limit = dl - wl.timeout_suffix[wl.batch[idx], k]
+            if self.wait_floor:
+                wait_limit = np.maximum(wait_limit, arr + self.max_extra_delay_s)
+            no_wait = (wait_limit + EPS).tolist()
+        else:
+            no_wait = [np.inf] * idx.size
+        limit = (dl - self._rest[k][idx] + EPS).tolist()
+        rank_l = None
+        if self.policy is QueuePolicy.EBF:
+            rank = np.empty(idx.size, dtype=np.int64)
+            rank[np.lexsort((np.arange(idx.size), self._prio[idx]))] = np.arange(idx.size)
+            rank_l = rank.tolist()
+        return idx, svc, arr.tolist(), svc.tolist(), rank_l, no_wait, limit
+
+    def _stage(self, k: int, n_workers: int, t: F64, upstream: tuple[int, ...]) -> SimResult | None:
+        """Serve stage k in place on ``t`` (ready times); a SimResult when a check fails."""
+        wl = self.wl
+        run, q = self._run[k], self._queue[k]
+        if run.size:
+            t[run] = t[run] + wl.service[run, k]
+        if not q.size:
+            return None
+        if n_workers <= 0:
+            return SimResult(False, "no-workers", wl.stage_names[k])
+        ends = np.sort(t[run]) if run.size else np.zeros(0)
+        if n_workers >= ends.size:
+            free = [-np.inf] * (n_workers - ends.size) + ends.tolist()
+        else:  # surplus busy workers retire when free: the N latest finishers remain
+            free = ends[ends.size - n_workers :].tolist()
+        heapq.heapify(free)
+        # Stage k's arrivals depend only on the stages before it: reuse the prepared queue
+        # while the search probes this stage (or a later one) with the earlier ones fixed.
+        prep = self._prep.get(upstream)
+        if prep is None:
+            prep = self._prepare(k, t)
+            if len(self._prep) > 64:
+                self._prep.clear()
+            self._prep[upstream] = prep
+        idx, svc, arr_l, svc_l, rank_l, no_wait, limit = prep
+        if rank_l is not None:
+            out = serve_priority(arr_l, svc_l, rank_l, free, no_wait, limit)
+        else:
+            out = serve_fcfs(arr_l, svc_l, free, no_wait, limit)
+        if out is None:
+            return SimResult(False, "infeasible", wl.stage_names[k])
+        start = np.asarray(out)
+        t[idx] = start + svc
+        return None
+
+    def run(self, replicas: Sequence[int]) -> SimResult:
+        """Simulate with ``replicas[k]`` workers at pipeline stage k."""
+        self.runs += 1
+        wl = self.wl
+        m = wl.num_stages
+        reps = tuple(int(x) for x in replicas)
+        # Longest cached prefix: stages before k are fixed while the search probes stage k.
+        t: F64 = wl.arrival.copy()
+        begin = 0
+        for k in range(m, 0, -1):
+            hit = self._cache.get(reps[:k])
+            if hit is not None:
+                cached_t, failed = hit
+                if failed is not None:
+                    return failed
+                t = cached_t.copy()
+                begin = k
+                break
+        for k in range(begin, m):
+            failed = self._stage(k, reps[k], t, reps[:k])
+            if k + 1 < m:
+                if len(self._cache) > 128:
+                    self._cache.clear()
+                self._cache[reps[: k + 1]] = (t.copy() if failed is None else t, failed)
+            if failed is not None:
+                return failed
+        finish = np.full(len(wl.batch_keys), -np.inf)
+        if wl.n:
+            np.maximum.at(finish, wl.batch, t)
+        ok = bool(np.all(finish <= self.deadlines + EPS))
+        return SimResult(ok, "ok" if ok else "deadline", None, finish, t)
+
+
+def simulate(
+    wl: Workload,
+    replicas: Sequence[int],
+    deadlines: F64,
+    policy: QueuePolicy = QueuePolicy.EBF,
+    timeout_aware: bool = True,
+) -> SimResult:
+    """One-shot SIMULATE (see ``Simulator``)."""
+    return Simulator(wl, deadlines, policy, timeout_aware).run(replicas)

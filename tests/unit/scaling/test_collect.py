@@ -1,0 +1,115 @@
+"""Alg. 2 (request collection) and the first-batch fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distrs.core.history import BatchProfile, RequestProfile
+from distrs.scaling.collect import collect
+from distrs.scaling.context import ActiveBatch, PlanContext, PolicyOptions
+from distrs.scaling.fallback import choose_profile
+
+from .build import TWO
+
+
+def profile(
+    task: str, rows: list[tuple[float, float, float]], anchor: float = 0.0, rt: str = "cuda"
+) -> BatchProfile:
+    return BatchProfile(
+        task, "prev", anchor, tuple(RequestProfile(r, {"compile": c, "execute": e}) for r, c, e in rows), rt
+    )
+
+
+PROF = profile("a", [(10, 5, 1), (20, 5, 2), (30, 6, 0), (40, 0, 0)])  # last one: gen failed
+
+
+def ctx(batches, histories=None, now=115.0, **kw) -> PlanContext:
+    return PlanContext(
+        now=now,
+        stages=TWO,
+        batches=batches,
+        histories={"a": [PROF]} if histories is None else histories,
+        **kw,
+    )
+
+
+def batch(**kw) -> ActiveBatch:
+    base = {"task": "a", "batch_id": "b1", "reward_type": "cuda", "size": 4, "anchor": 100.0}
+    base.update(kw)
+    return ActiveBatch(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("submitted", "arrivals"),
+    [
+        (1, [120.0, 130.0]),  # r=20,30,40 still to come (r=40 needs no worker)
+        (2, [130.0]),  # batch is ahead: only the last (size − submitted) = 2 of them
+        (3, []),
+        (4, []),  # everything submitted
+        (0, [115.0, 120.0, 130.0]),  # behind: the missing r=10 follows from now on
+    ],
+)
+def test_future_requests(submitted, arrivals):
+    wl = collect(ctx([batch(submitted=submitted)]))
+    assert sorted(wl.arrival.tolist()) == arrivals
+    assert not wl.running.any()
+
+
+def test_estimated_completion_is_profile_T_shifted_to_anchor():
+    wl = collect(ctx([batch(submitted=4)]))
+    assert wl.batch_T.tolist() == [100.0 + 40.0]  # max(r + Σs) = max(16, 27, 36, 40)
+
+
+def test_queued_requests_are_sampled_from_profile_requests_reaching_the_stage():
+    wl = collect(ctx([batch(submitted=4, queued={"execute": 5})]))
+    assert wl.n == 5
+    assert (wl.arrival == 115.0).all() and (wl.first_stage == 1).all()
+    assert (wl.service[:, 0] == 0).all()  # compile already done
+    assert set(wl.service[:, 1].tolist()) <= {1.0, 2.0}
+
+
+def test_running_requests_are_conditioned_on_elapsed():
+    wl = collect(ctx([batch(submitted=4, running_elapsed={"compile": [5.5, 7.0]})]))
+    rem = wl.service[:, 0]
+    assert wl.running.all()
+    # s > 5.5 among {5, 5, 6}: only 6 → 0.5 left (then its execute time, 0)
+    assert rem[0] == pytest.approx(0.5) and wl.service[0, 1] == 0.0
+    # nothing ran 7 s: assumed to run to the 120 s timeout
+    assert rem[1] == pytest.approx(113.0)
+
+
+def test_collection_is_reproducible():
+    c = ctx([batch(submitted=4, queued={"compile": 20})])
+    assert np.array_equal(collect(c).service, collect(c).service)
+
+
+def test_multi_tenant_every_active_batch():
+    other = profile("b", [(5, 3, 3)])
+    c = ctx(
+        [batch(submitted=1), batch(task="b", batch_id="x", size=1, anchor=110.0)],
+        histories={"a": [PROF], "b": [other]},
+    )
+    wl = collect(c)
+    assert wl.batch_keys == [("a", "b1"), ("b", "x")]
+    assert sorted(wl.batch.tolist()) == [0, 0, 1]
+    assert wl.batch_T.tolist() == [140.0, 121.0]
+
+
+def test_fallback_order_own_then_pooled_then_default():
+    old = profile("b", [(1, 1, 1)], anchor=10.0)
+    new = profile("c", [(1, 1, 1)], anchor=50.0)
+    other_type = profile("d", [(1, 1, 1)], anchor=99.0, rt="math")
+    hist = {"a": [PROF], "b": [old], "c": [new], "d": [other_type]}
+    assert choose_profile("a", "cuda", hist, {}) == (PROF, "own")
+    assert choose_profile("z", "cuda", hist, {}) == (new, "pooled:c")
+    assert choose_profile("z", "python", hist, {}) == (None, "default")
+
+
+def test_default_profile_is_used_without_any_history():
+    opts = PolicyOptions(default_first_s=30.0, default_span_s=150.0, default_stage_fraction=0.5)
+    wl = collect(ctx([batch(size=5, anchor=100.0)], histories={}, now=100.0, options=opts))
+    assert wl.debug["sources"] == {"a/b1": "default"}
+    assert wl.arrival.tolist() == [130.0, 160.0, 190.0, 220.0, 250.0]
+    assert (wl.service == [60.0, 30.0]).all()
+    assert wl.batch_T.tolist() == [100.0 + 150.0 + 90.0]

@@ -1,0 +1,117 @@
+"""The policy interface: ``plan(ctx) -> Decision`` for every policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distrs.core.history import BatchProfile, RequestProfile
+from distrs.scaling.context import ActiveBatch, OracleBatch, PlanContext, PolicyOptions
+from distrs.scaling.policies import POLICIES, floor_pending, plan
+
+from .build import TWO
+
+
+def _profile(task: str, n: int = 200, seed: int = 1, timeouts: int = 0) -> BatchProfile:
+    rng = np.random.default_rng(seed)
+    reqs = []
+    for i in range(n):
+        ex = 60.0 if i < timeouts else float(rng.uniform(1, 5))
+        reqs.append(
+            RequestProfile(
+                float(rng.uniform(30, 200)), {"compile": float(rng.uniform(20, 60)), "execute": ex}
+            )
+        )
+    return BatchProfile(task, "0", 0.0, tuple(reqs), "cuda")
+
+
+def _ctx(policy: str, **kw) -> PlanContext:
+    batches = [
+        ActiveBatch("a", "1", "cuda", 200, anchor=1000.0),
+        ActiveBatch("b", "1", "cuda", 200, anchor=1050.0),
+    ]
+    hist = {"a": [_profile("a", seed=1, timeouts=10)], "b": [_profile("b", seed=2, timeouts=10)]}
+    base = {"now": 1000.0, "stages": TWO, "batches": batches, "histories": hist, "policy": policy}
+    base.update(kw)
+    return PlanContext(**base)  # type: ignore[arg-type]
+
+
+def test_unknown_policy_is_rejected_by_name():
+    with pytest.raises(ValueError, match="unknown scaling policy 'nope'"):
+        plan(_ctx("nope"))
+
+
+@pytest.mark.parametrize("policy", ["distrs", "history", "zq-dedicated"])
+def test_no_active_batches_means_no_workers(policy):
+    d = plan(_ctx(policy, batches=[]))
+    assert d.replicas == {"compile": 0, "execute": 0}
+    assert d.debug["policy"] == policy and d.debug["elapsed_s"] >= 0
+
+
+def test_distrs_reports_estimates_and_search_detail():
+    d = plan(_ctx("distrs"))
+    assert set(d.estimated_completion) == {("a", "1"), ("b", "1")}
+    t_a = max(q.earliest_completion() for q in _profile("a", seed=1, timeouts=10).requests)
+    assert d.estimated_completion[("a", "1")] == pytest.approx(1000.0 + t_a)
+    assert d.debug["satisfiable"] and d.debug["simulations"] > 0
+    assert 1 <= d.replicas["execute"] <= d.debug["upper_bounds"]["execute"]
+
+
+def test_timeout_awareness_never_gives_fewer_workers_here():
+    # same workload; the timeout-aware rule only adds constraints
+    dist, hist = plan(_ctx("distrs")), plan(_ctx("history"))
+    assert dist.replicas["execute"] >= hist.replicas["execute"]
+    assert dist.replicas["compile"] >= hist.replicas["compile"]
+
+
+def test_zq_dedicated_sums_per_task_pools():
+    d = plan(_ctx("zq-dedicated"))
+    assert d.dedicated is not None and set(d.dedicated) == {"a", "b"}
+    for stage in ("compile", "execute"):
+        assert d.replicas[stage] == sum(p[stage] for p in d.dedicated.values())
+    # zero queuing per task allocates at least what the shared, queuing plan does
+    shared = plan(_ctx("distrs"))
+    assert d.replicas["execute"] >= shared.replicas["execute"]
+
+
+@pytest.mark.parametrize(
+    ("opt", "expected"),
+    [(3, {"compile": 3, "execute": 3}), ({"execute": 2}, {"compile": 0, "execute": 2})],
+)
+def test_static(opt, expected):
+    d = plan(_ctx("static", options=PolicyOptions(static_replicas=opt)))
+    assert d.replicas == expected
+
+
+def test_ideal_needs_the_oracle():
+    with pytest.raises(ValueError, match="oracle"):
+        plan(_ctx("ideal"))
+
+
+def test_ideal_uses_exact_requests():
+    ob = OracleBatch(
+        key=("a", "1"),
+        reward_type="cuda",
+        earliest_completion=1010.0,
+        arrival=np.array([1000.0, 1000.0, 1000.0]),
+        service=np.array([[5.0, 5.0], [5.0, 5.0], [0.0, 0.0]]),
+        first_stage=np.zeros(3, dtype=np.int64),
+        running=np.zeros(3, dtype=bool),
+    )
+    d = plan(_ctx("ideal", oracle=[ob], max_extra_delay_s=0.0))
+    assert d.replicas == {"compile": 2, "execute": 2}
+    assert d.estimated_completion == {("a", "1"): 1010.0}
+
+
+def test_floor_keeps_one_worker_for_batches_still_arriving():
+    c = _ctx("distrs")
+    assert floor_pending(c, {"compile": 0, "execute": 0}) == {"compile": 1, "execute": 1}
+    done = [ActiveBatch("a", "1", "cuda", 10, anchor=0.0, submitted=10)]
+    assert floor_pending(_ctx("distrs", batches=done), {"compile": 0, "execute": 0}) == {
+        "compile": 0,
+        "execute": 0,
+    }
+
+
+def test_every_registered_policy_has_a_name_the_cli_accepts():
+    assert set(POLICIES) == {"distrs", "history", "zq-dedicated", "ideal", "static"}

@@ -1,0 +1,107 @@
+"""Alg. 1: bounds, the unsatisfiable and late cases, cost order, warm start."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distrs.core.priority import QueuePolicy
+from distrs.scaling.search import deadlines, search, useful_concurrency, work_lower_bounds
+from distrs.scaling.simulate import simulate
+
+from .build import ONE, TWO, workload
+
+
+@pytest.mark.parametrize(
+    ("arrival", "service", "expected"),
+    [
+        ([0, 0, 0], [[1], [1], [1]], [3]),
+        ([0, 1, 2], [[1], [1], [1]], [1]),  # back to back: a departure and an arrival at t=1 don't overlap
+        ([0, 0.5, 10], [[1], [1], [1]], [2]),
+        ([], [], [0]),
+    ],
+)
+def test_useful_concurrency(arrival, service, expected):
+    assert useful_concurrency(workload(ONE, arrival, service)) == expected
+
+
+def test_useful_concurrency_per_stage_follows_zero_queuing_upstream():
+    # compile [0,2] and [1,3]; execute [2,3] and [3,4] → 2 compile, 1 execute
+    wl = workload(TWO, [0, 1], [[2, 1], [2, 1]])
+    assert useful_concurrency(wl) == [2, 1]
+
+
+def test_search_finds_the_minimum_for_a_simple_batch():
+    # 4 requests of 10 s at t=0, T=10, D=10: two workers finish at 20 ≤ 20, one would end at 40
+    wl = workload(ONE, [0, 0, 0, 0], [[10]] * 4)
+    res = search(wl, ONE, 10.0, policy=QueuePolicy.FCFS, timeout_aware=False)
+    assert res.replicas == {"run": 2}
+    assert res.satisfiable and res.upper_bounds == {"run": 4}
+
+
+def test_upper_bound_is_useful_concurrency_not_batch_size():
+    # 1000 requests strictly one after another: one worker is all anything could ever use
+    n = 1000
+    wl = workload(ONE, list(range(n)), [[0.5]] * n)
+    res = search(wl, ONE, 0.0, timeout_aware=False)
+    assert res.upper_bounds == {"run": 1}
+    assert res.replicas == {"run": 1}
+
+
+def test_unsatisfiable_under_the_replica_cap_returns_the_cap_not_B():
+    # ten 10-s requests at once with D=0 need 10 workers; the cap is 4
+    wl = workload(ONE, [0] * 10, [[10]] * 10)
+    res = search(wl, ONE, 0.0, max_replicas=4, timeout_aware=False)
+    assert res.satisfiable is False
+    assert res.replicas == {"run": 4}
+
+
+def test_late_batch_gets_a_relaxed_deadline_instead_of_everything():
+    # a request queued now needs 50 s but the batch was estimated to end in 10 s: T + D cannot be
+    # met by any allocation. The deadline becomes its zero-queuing finish (50) + D, and one worker
+    # (not the batch size) is enough for the three small requests around it.
+    wl = workload(ONE, [0, 0, 0, 0], [[50], [1], [1], [1]], batch_T=[10.0])
+    dl, late = deadlines(wl, 2.0)
+    assert late == [0] and dl[0] == pytest.approx(52.0)
+    res = search(wl, ONE, 2.0, timeout_aware=False)
+    assert res.satisfiable and res.late == [0]
+    assert res.replicas == {"run": 2}
+
+
+def test_stages_are_searched_most_expensive_first():
+    wl = workload(TWO, [0, 0, 0], [[5, 5]] * 3)
+    res = search(wl, TWO, 100.0, timeout_aware=False)
+    assert list(res.stage_seconds) == ["execute", "compile"]
+
+
+def test_no_requests_no_workers():
+    res = search(workload(TWO, [], []), TWO, 2.0)
+    assert res.replicas == {"compile": 0, "execute": 0}
+
+
+def test_work_lower_bound_is_below_the_answer():
+    rng = np.random.default_rng(3)
+    wl = workload(TWO, np.sort(rng.uniform(0, 100, 300)), rng.uniform(1, 20, (300, 2)))
+    dl, _ = deadlines(wl, 2.0)
+    lower = work_lower_bounds(wl, dl)
+    res = search(wl, TWO, 2.0)
+    assert all(lo <= res.replicas[s] for lo, s in zip(lower, ["compile", "execute"], strict=True))
+
+
+def test_warm_start_gives_the_same_answer():
+    rng = np.random.default_rng(5)
+    wl = workload(TWO, np.sort(rng.uniform(0, 200, 400)), rng.uniform(1, 30, (400, 2)))
+    cold = search(wl, TWO, 2.0)
+    for hint in ({"compile": 3, "execute": 3}, cold.replicas, {"compile": 10_000, "execute": 1}):
+        warm = search(wl, TWO, 2.0, warm_start=hint)
+        assert warm.replicas == cold.replicas
+
+
+def test_result_satisfies_and_one_less_does_not_when_monotone():
+    rng = np.random.default_rng(8)
+    wl = workload(ONE, np.sort(rng.uniform(0, 100, 200)), rng.uniform(1, 10, (200, 1)))
+    res = search(wl, ONE, 1.0, policy=QueuePolicy.FCFS, timeout_aware=False)
+    n = res.replicas["run"]
+    dl, _ = deadlines(wl, 1.0)
+    assert simulate(wl, [n], dl, QueuePolicy.FCFS, timeout_aware=False).satisfied
+    assert not simulate(wl, [n - 1], dl, QueuePolicy.FCFS, timeout_aware=False).satisfied

@@ -1,0 +1,104 @@
+"""SIMULATE (Alg. 1 line 12): hand-checked cases, table-driven."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distrs.core.priority import QueuePolicy
+from distrs.scaling.simulate import simulate
+
+from .build import ONE, TWO, stages, workload
+
+EBF, FCFS = QueuePolicy.EBF, QueuePolicy.FCFS
+
+
+@pytest.mark.parametrize(
+    ("arrival", "service", "workers", "D", "finish", "ok"),
+    [
+        # one worker, requests back to back: no waiting at all
+        ([0, 1, 2], [[1], [1], [1]], 1, 0.0, 3.0, True),
+        # two at once on one worker: the second waits 2 s → finishes at 4, T = 2
+        ([0, 0], [[2], [2]], 1, 1.0, 4.0, False),
+        ([0, 0], [[2], [2]], 1, 2.0, 4.0, True),
+        # two workers: both start at once
+        ([0, 0], [[2], [2]], 2, 0.0, 2.0, True),
+    ],
+)
+def test_single_stage_fcfs(arrival, service, workers, D, finish, ok):
+    wl = workload(ONE, arrival, service)
+    res = simulate(wl, [workers], wl.batch_T + D, FCFS, timeout_aware=False)
+    assert res.satisfied is ok
+    if ok:
+        assert res.batch_finish[0] == pytest.approx(finish)
+
+
+def test_timeout_aware_rule_rejects_queuing_that_could_run_to_the_timeout():
+    # Sec. 5.1: the second request waits 1 s; if it then ran to the 100 s timeout it would end
+    # at 101 > T + D = 1 + 5, so the timeout-aware check fails although the estimate (finish 2) fits.
+    wl = workload(ONE, [0, 0], [[1], [1]])
+    dl = wl.batch_T + 5.0
+    assert simulate(wl, [1], dl, FCFS, timeout_aware=False).satisfied
+    res = simulate(wl, [1], dl, FCFS, timeout_aware=True)
+    assert not res.satisfied and res.stage == "run"
+    # enough workers that nobody waits: the rule has nothing to object to
+    assert simulate(wl, [2], dl, FCFS, timeout_aware=True).satisfied
+
+
+def test_timeout_rule_allows_waiting_early_in_the_batch():
+    # a long batch (T = 500): waiting at t≈0 leaves room for a full timeout (0 + 100 < 500)
+    wl = workload(ONE, [0, 0, 400], [[1], [1], [100]])
+    assert simulate(wl, [1], wl.batch_T + 0.0, FCFS, timeout_aware=True).satisfied
+
+
+def test_running_requests_hold_their_workers():
+    # one worker busy 5 more seconds; the queued request starts when it frees
+    wl = workload(ONE, [0, 0], [[5], [1]], first_stage=[0, 0], running=[True, False], batch_T=[100])
+    res = simulate(wl, [1], np.array([100.0]), FCFS, timeout_aware=False)
+    assert res.completion.tolist() == [5.0, 6.0]
+
+
+def test_fewer_workers_than_running_retire_as_they_free():
+    # two running (2 s and 4 s left) but N=1: the worker freed at 2 retires; the one freed at 4 serves
+    wl = workload(ONE, [0, 0, 0], [[2], [4], [1]], running=[True, True, False], batch_T=[100])
+    res = simulate(wl, [1], np.array([100.0]), FCFS, timeout_aware=False)
+    assert res.completion.tolist() == [2.0, 4.0, 5.0]
+
+
+@pytest.mark.parametrize(("policy", "a_done", "b_done"), [(EBF, 6.0, 9.0), (FCFS, 9.0, 8.0)])
+def test_ebf_serves_the_earlier_batch_first(policy, a_done, b_done):
+    # one worker busy until 5 with batch A (T=10); B (T=100) arrives at 1, A's second request at 2
+    wl = workload(ONE, [0, 1, 2], [[5], [3], [1]], batch=[0, 1, 0], batch_T=[10, 100])
+    res = simulate(wl, [1], np.array([1e9, 1e9]), policy, timeout_aware=False)
+    assert res.completion[2] == a_done
+    assert res.completion[1] == b_done
+
+
+@pytest.mark.parametrize(
+    ("service", "workers", "completion"),
+    [
+        ([[1, 2]], [1, 1], [3.0]),  # both stages in series
+        ([[0, 2]], [1, 1], [2.0]),  # skips compile
+        ([[1, 0]], [1, 0], [1.0]),  # never reaches execute: no execute worker needed
+        ([[1, 2], [1, 2]], [2, 1], [3.0, 5.0]),  # second waits at execute
+    ],
+)
+def test_stages_in_series(service, workers, completion):
+    wl = workload(TWO, [0.0] * len(service), service, batch_T=[1e9])
+    res = simulate(wl, workers, np.array([1e9]), FCFS, timeout_aware=False)
+    assert res.satisfied
+    assert res.completion.tolist() == completion
+
+
+def test_no_workers_for_a_needed_stage_fails():
+    wl = workload(TWO, [0], [[1, 2]])
+    res = simulate(wl, [1, 0], np.array([1e9]), FCFS)
+    assert not res.satisfied and res.reason == "no-workers" and res.stage == "execute"
+
+
+def test_queued_request_starts_at_its_stage():
+    # queued at execute (first_stage=1): compile time is ignored
+    st = stages(("compile", 120.0, 1.0), ("execute", 60.0, 8.0))
+    wl = workload(st, [10], [[0, 3]], first_stage=[1], batch_T=[100])
+    res = simulate(wl, [0, 1], np.array([100.0]), FCFS)
+    assert res.completion.tolist() == [13.0]

@@ -1,0 +1,125 @@
+"""Closed-loop cluster replay: workers, cold start, colocated shift, accounting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distrs.core.priority import QueuePolicy
+from distrs.core.stages import ResourceClass, StageSpec
+from distrs.scaling.context import PolicyOptions
+from distrs.sim.cluster import ClusterParams, replay
+from distrs.sim.experiments import compare_policies
+from distrs.sim.generator import GeneratorParams, generate
+from distrs.sim.trace import Trace, load
+
+ONE = [StageSpec("run", ResourceClass.CPU, 100.0, 1.0)]
+
+
+def trace(rows: list[tuple[int, int, float, float, float]], mode: str = "disaggregated") -> Trace:
+    """rows: (task, iteration, rollout_start, arrival, s_run)."""
+    a = np.array(rows, dtype=float)
+    return Trace(
+        mode=mode,
+        stages=ONE,
+        task_names=[f"t{i}" for i in range(int(a[:, 0].max()) + 1)],
+        status_names=["success"],
+        task=a[:, 0].astype(np.int64),
+        iteration=a[:, 1].astype(np.int64),
+        request=np.arange(len(rows)),
+        rollout_start=a[:, 2],
+        arrival=a[:, 3],
+        status=np.zeros(len(rows), dtype=np.int64),
+        s=a[:, 4:5],
+    )
+
+
+def static(n: int, **kw) -> ClusterParams:
+    base = {"policy": "static", "cold_start_s": 0.0, "options": PolicyOptions(static_replicas=n)}
+    base.update(kw)
+    return ClusterParams(**base)  # type: ignore[arg-type]
+
+
+def test_one_worker_queues_the_second_request():
+    r = replay(trace([(0, 0, 0.0, 1.0, 4.0), (0, 0, 0.0, 1.0, 4.0)]), static(1))
+    (b,) = r.batches
+    assert b.earliest_completion == 5.0 and b.completion == 9.0 and b.extra_delay == 4.0
+    assert r.busy_seconds == {"run": 8.0}
+    # one worker from the hint (t=0) until the batch completes (t=9)
+    assert r.worker_seconds["run"] == pytest.approx(9.0)
+
+
+def test_cold_start_delays_work_when_not_hidden():
+    # hint at 0, request at 1, workers usable at 5 → it finishes at 7 instead of 3
+    r = replay(trace([(0, 0, 0.0, 1.0, 2.0)]), static(1, cold_start_s=5.0))
+    assert r.batches[0].extra_delay == pytest.approx(4.0)
+
+
+def test_cold_start_hidden_by_the_rollout_hint():
+    # the hint comes 30 s before the first request: a 15 s cold start costs nothing
+    r = replay(trace([(0, 0, 0.0, 30.0, 2.0)]), static(1, cold_start_s=15.0))
+    assert r.batches[0].extra_delay == 0.0
+
+
+@pytest.mark.parametrize(("mode", "second_anchor"), [("colocated", 104.0), ("disaggregated", 100.0)])
+def test_colocated_batches_shift_by_the_delay_they_suffer(mode, second_anchor):
+    rows = [(0, 0, 0.0, 1.0, 4.0), (0, 0, 0.0, 1.0, 4.0), (0, 1, 100.0, 101.0, 1.0)]
+    r = replay(trace(rows, mode), static(1))
+    first, second = r.batches
+    assert first.extra_delay == 4.0
+    assert second.anchor == second_anchor
+    assert second.earliest_completion == second_anchor + 2.0
+
+
+@pytest.mark.parametrize(("queue", "first_done"), [(QueuePolicy.EBF, 7.0), (QueuePolicy.FCFS, 10.0)])
+def test_queue_policy_in_the_cluster(queue, first_done):
+    # task 0's batch ends early (T=7), task 1's late; one worker is busy until 5 when both wait
+    rows = [(0, 0, 0.0, 0.0, 5.0), (1, 0, 0.0, 1.0, 3.0), (0, 0, 0.0, 2.0, 2.0), (1, 0, 0.0, 3.0, 100.0)]
+    r = replay(trace(rows), static(1, queue_policy=queue, oracle_priority=True))
+    done = {b.task: b.completion for b in r.batches}
+    assert done["t0"] == first_done
+
+
+def test_invariants_for_every_policy_on_a_generated_trace():
+    tr = generate(GeneratorParams(tasks=2, iterations=3, batch=128, seed=4))
+    results = compare_policies(tr, ["distrs", "history", "zq-dedicated", "ideal"], ClusterParams())
+    busy = None
+    for name, r in results.items():
+        assert len(r.batches) == 6, name  # every batch completes: no request lost or stranded
+        assert all(b.extra_delay >= 0 for b in r.batches)
+        for s in r.stages:
+            assert r.worker_seconds[s] >= r.busy_seconds[s] - 1e-6
+        # busy time is the trace's work whatever the policy: nothing killed mid-request
+        busy = busy or r.busy_seconds
+        assert r.busy_seconds == pytest.approx(busy)
+        assert len(r.planner_s) == len(r.decisions) > 0
+        assert r.timeline["execute"][-1][1] == 0  # everything released at the end
+    assert results["zq-dedicated"].worker_seconds["execute"] > results["distrs"].worker_seconds["execute"]
+    s = results["distrs"].summary()
+    assert set(s) == {"worker_seconds", "busy_seconds", "extra_delay_s", "batches", "planner_s"}
+    assert set(s["extra_delay_s"]) == {"mean", "p50", "p99", "max"}
+
+
+def test_replan_interval_only_adds_workers_between_batch_events():
+    tr = generate(GeneratorParams(tasks=1, iterations=2, batch=256, seed=3))
+    base = replay(tr, ClusterParams(policy="distrs"))
+    more = replay(tr, ClusterParams(policy="distrs", replan_interval_s=20.0))
+    assert len(more.decisions) > len(base.decisions)
+    assert all(b.extra_delay >= 0 for b in more.batches)
+
+
+SHARED = Path(__file__).resolve().parents[4] / "shared" / "traces" / "cuda-colocated.csv.gz"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED.exists(), reason="shared traces not present")
+def test_slice_of_the_shared_colocated_trace_end_to_end():
+    tr = load(SHARED)
+    tr = tr.select(tr.iteration < 3)
+    res = compare_policies(tr, ["distrs", "zq-dedicated", "ideal"], ClusterParams())
+    assert all(len(r.batches) == 18 for r in res.values())
+    d, z, i = res["distrs"], res["zq-dedicated"], res["ideal"]
+    assert z.worker_seconds["execute"] > d.worker_seconds["execute"] > 0.9 * i.worker_seconds["execute"]
+    assert d.summary()["extra_delay_s"]["mean"] < 60.0
