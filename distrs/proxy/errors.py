@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from distrs.proxy.responses import JSONResponse
@@ -23,6 +24,19 @@ class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.details = status, code, message, details
+
+
+def invalid(exc: ValidationError, prefix: str = "") -> ApiError:
+    """A pydantic validation error as a 422 naming the first offending field (and how many more)."""
+    errs = exc.errors()
+    fields = [{"field": prefix + ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in errs]
+    first = fields[0] if fields else {"field": prefix or "body", "problem": "invalid"}
+    if any(e.get("type") == "json_invalid" for e in errs):
+        return ApiError(400, "malformed_json", "request body is not valid JSON", errors=fields)
+    msg = f"{first['field'] or 'body'}: {first['problem']}" + (
+        f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    )
+    return ApiError(422, "invalid_request", msg, errors=fields)
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:

@@ -9,11 +9,12 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
 
 from distrs.core.model import BatchInfo, RequestState
-from distrs.proxy.auth import Principal
-from distrs.proxy.deps import AppState, get_state, trainer
-from distrs.proxy.errors import ApiError
+from distrs.proxy.auth import Principal, Role
+from distrs.proxy.deps import AppState, authorize, get_state, trainer
+from distrs.proxy.errors import ApiError, invalid
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.schemas import BatchCreate, BatchResults, BulkRequests, RequestIn, SubmitResponse
 from distrs.rewards.routing import route
@@ -58,23 +59,40 @@ def _unknown_type_msg(st: AppState, name: str) -> str:
     return f"unknown reward_type {name!r}; known: {', '.join(sorted(st.table.reward_types))}"
 
 
-@router.post("/requests", status_code=202, response_model=SubmitResponse)
-async def submit(
-    request: Request,
-    who: Principal = Depends(trainer),
-    st: AppState = Depends(get_state),
-) -> SubmitResponse:
+@router.post(
+    "/requests",
+    status_code=202,
+    response_model=SubmitResponse,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "anyOf": [
+                            RequestIn.model_json_schema(ref_template="#/components/schemas/{model}"),
+                            BulkRequests.model_json_schema(ref_template="#/components/schemas/{model}"),
+                        ]
+                    }
+                }
+            },
+        }
+    },
+)
+async def submit(request: Request) -> JSONResponse:
     """Submit one request object or ``{"requests": [...]}``; idempotent per (task, request_id)."""
+    st, who = authorize(request, Role.TRAINER)
     raw = await request.body()
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, "malformed_json", f"request body is not valid JSON: {exc}") from None
+    bulk = isinstance(data, dict) and "requests" in data
     items = _parse_requests(data, st.settings.max_bulk)
     limit = st.settings.max_payload_bytes
     news: list[NewRequest] = []
     for i, it in enumerate(items):
-        where = f"requests.{i}." if isinstance(data, dict) and "requests" in data else ""
+        where = f"requests.{i}." if bulk else ""
         if it.reward_type not in st.table.reward_types:
             raise ApiError(
                 422,
@@ -103,20 +121,20 @@ async def submit(
             )
         )
     out = await st.store.submit(news, st.clock())
+    accepted = set(out.accepted)
     for n in news:
-        if n.request_id in out.accepted:
+        if n.request_id in accepted:
             st.metrics.requests_submitted.labels(n.reward_type).inc()
-    return SubmitResponse(
-        accepted=len(out.accepted),
-        duplicates=len(out.duplicates),
-        accepted_ids=out.accepted,
-        duplicate_ids=out.duplicates,
-    )
+    body = {
+        "accepted": len(out.accepted),
+        "duplicates": len(out.duplicates),
+        "accepted_ids": out.accepted,
+        "duplicate_ids": out.duplicates,
+    }
+    return JSONResponse(body, status_code=202)
 
 
 def _parse_requests(data: Any, max_bulk: int) -> list[RequestIn]:
-    from pydantic import ValidationError
-
     try:
         if isinstance(data, dict) and "requests" in data:
             bulk = BulkRequests.model_validate(data)
@@ -130,16 +148,7 @@ def _parse_requests(data: Any, max_bulk: int) -> list[RequestIn]:
             return bulk.requests
         return [RequestIn.model_validate(data)]
     except ValidationError as exc:
-        errs = exc.errors()
-        first = errs[0]
-        field = ".".join(str(p) for p in first["loc"]) or "body"
-        msg = f"{field}: {first['msg']}" + (f" (and {len(errs) - 1} more)" if len(errs) > 1 else "")
-        raise ApiError(
-            422,
-            "invalid_request",
-            msg,
-            errors=[{"field": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in errs],
-        ) from None
+        raise invalid(exc) from None
 
 
 async def _batch_for(st: AppState, who: Principal, task: str, batch_id: str) -> BatchInfo:
