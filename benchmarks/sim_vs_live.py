@@ -21,15 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
-from distrs.local_service import serve
-from distrs.replay.demo import compressed_pipelines
-from distrs.replay.run import replay_async
+from distrs.replay.demo import run_compressed
 from distrs.sim.cluster import ClusterParams, replay
 from distrs.sim.generator import GeneratorParams, generate
-from distrs.sim.trace import dump, load, read_meta
+from distrs.sim.trace import dump, load
 
 SPEEDUP = 20.0
 D_TRACE_S = 20.0  # D in trace seconds (1 s of compressed time)
@@ -40,34 +37,16 @@ OUT = Path(__file__).resolve().parent / "results"
 
 
 async def live(trace: Path) -> dict[str, Any]:
-    meta = read_meta(trace)
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "p.yaml"
-        cfg.write_text(yaml.safe_dump(compressed_pipelines(meta, SPEEDUP)))
-        overrides = {
-            "default_batch_span_s": 900.0 / SPEEDUP,
-            "max_extra_delay_s": D_TRACE_S / SPEEDUP,
-            "interval_s": REPLAN_TRACE_S / SPEEDUP,
-            "history_batches": HISTORY,
-        }
-        t0 = time.monotonic()
-        async with serve(
-            port=0,
-            insecure=True,
-            pipelines_file=str(cfg),
-            max_workers=MAX_WORKERS,
-            planner_overrides=overrides,
-        ) as running:
-            _, reports, _ = await replay_async(running.url, trace, SPEEDUP, console=Console(quiet=True))
-            allocated = dict(running.planner.allocated_s)
-        wall = time.monotonic() - t0
-    stages = [s["name"] for s in meta["stages"]]
-    delays = [r.extra_delay_s * SPEEDUP for r in reports if r.extra_delay_s is not None]
+    overrides = {"max_extra_delay_s": D_TRACE_S / SPEEDUP, "interval_s": REPLAN_TRACE_S / SPEEDUP}
+    t0 = time.monotonic()
+    run = await run_compressed(trace, SPEEDUP, MAX_WORKERS, overrides, Console(quiet=True))
+    wall = time.monotonic() - t0
+    delays = [r.extra_delay_s * SPEEDUP for r in run.reports if r.extra_delay_s is not None]
     return {
-        "worker_seconds": {s: allocated.get(s, 0.0) * SPEEDUP for s in stages},
-        "busy_seconds": {s: sum(r.busy_s.get(s, 0.0) for r in reports) * SPEEDUP for s in stages},
+        "worker_seconds": {s: run.allocated.get(s, 0.0) * SPEEDUP for s in run.stages},
+        "busy_seconds": {s: sum(r.busy_s.get(s, 0.0) for r in run.reports) * SPEEDUP for s in run.stages},
         "extra_delay_s": {"mean": statistics.mean(delays), "max": max(delays)},
-        "batches": len(reports),
+        "batches": len(run.reports),
         "wall_s": wall,
     }
 

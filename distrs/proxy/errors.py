@@ -7,6 +7,7 @@ anything unexpected is a 500 with no internals leaked (and is logged).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,17 +27,23 @@ class ApiError(Exception):
         self.status, self.code, self.message, self.details = status, code, message, details
 
 
-def invalid(exc: ValidationError, prefix: str = "") -> ApiError:
-    """A pydantic validation error as a 422 naming the first offending field (and how many more)."""
-    errs = exc.errors()
-    fields = [{"field": prefix + ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in errs]
-    first = fields[0] if fields else {"field": prefix or "body", "problem": "invalid"}
+def from_errors(errs: Sequence[Any]) -> ApiError:
+    """Pydantic/FastAPI validation errors as one ApiError: 400 for malformed JSON, else a 422
+    whose message names the first offending field (and how many more there are)."""
+    fields = [
+        {"field": _loc(e.get("loc", ())), "problem": e.get("msg", ""), "type": e.get("type")} for e in errs
+    ]
     if any(e.get("type") == "json_invalid" for e in errs):
         return ApiError(400, "malformed_json", "request body is not valid JSON", errors=fields)
-    msg = f"{first['field'] or 'body'}: {first['problem']}" + (
-        f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    first = fields[0] if fields else {"field": "body", "problem": "invalid"}
+    msg = f"{first['field']}: {first['problem']}" + (
+        f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
     )
     return ApiError(422, "invalid_request", msg, errors=fields)
+
+
+def invalid(exc: ValidationError) -> ApiError:
+    return from_errors(exc.errors())
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
@@ -59,20 +66,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errs = exc.errors()
-        fields = [
-            {"field": _loc(e.get("loc", ())), "problem": e.get("msg", ""), "type": e.get("type")}
-            for e in errs
-        ]
-        if any(e.get("type") == "json_invalid" for e in errs):
-            return JSONResponse(
-                error_body("malformed_json", "request body is not valid JSON", {"errors": fields}), 400
-            )
-        first = fields[0] if fields else {"field": "body", "problem": "invalid"}
-        msg = f"{first['field']}: {first['problem']}"
-        if len(fields) > 1:
-            msg += f" (and {len(fields) - 1} more)"
-        return JSONResponse(error_body("invalid_request", msg, {"errors": fields}), status_code=422)
+        err = from_errors(exc.errors())
+        return JSONResponse(error_body(err.code, err.message, err.details), status_code=err.status)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from rich.console import Console
 
 from distrs.local_service import serve
+from distrs.replay.driver import BatchReport
 from distrs.replay.report import batch_table
 from distrs.replay.run import demo_trace, replay_async
 from distrs.replay.trace_input import load_meta
@@ -31,12 +34,27 @@ def compressed_pipelines(meta: dict[str, object], speedup: float) -> dict[str, o
     }
 
 
-async def _demo(trace: Path, speedup: float, max_workers: int, console: Console) -> int:
+@dataclass
+class CompressedRun:
+    url: str
+    reports: list[BatchReport]
+    allocated: dict[str, float]
+    stages: list[str]
+
+
+async def run_compressed(
+    trace: Path,
+    speedup: float,
+    max_workers: int,
+    planner_overrides: dict[str, Any],
+    console: Console,
+) -> CompressedRun:
+    """Replay ``trace`` at ``speedup`` through an embedded service whose timeouts are compressed too."""
     meta = load_meta(trace)
     with tempfile.TemporaryDirectory(prefix="distrs-demo-") as tmp:
         cfg = Path(tmp) / "pipelines.yaml"
         cfg.write_text(yaml.safe_dump(compressed_pipelines(meta, speedup)))
-        overrides = {"default_batch_span_s": 900.0 / speedup, "max_extra_delay_s": 1.0, "interval_s": 2.0}
+        overrides = {"default_batch_span_s": 900.0 / speedup, **planner_overrides}
         async with serve(
             port=0,
             insecure=True,
@@ -47,11 +65,16 @@ async def _demo(trace: Path, speedup: float, max_workers: int, console: Console)
             console.print(f"[bold]DistRS up at {running.url}[/] — replaying {trace.name} at {speedup:g}x")
             _, reports, _ = await replay_async(running.url, trace, speedup, console=console)
             allocated = dict(running.planner.allocated_s)
-            stages = [s["name"] for s in meta["stages"]]  # type: ignore[index]
-            console.print(batch_table(reports, stages, allocated))
             console.print("draining workers and stopping...")
-    bad = [r for r in reports if r.extra_delay_s is None]
-    return 1 if bad else 0
+    return CompressedRun(running.url, reports, allocated, [s["name"] for s in meta["stages"]])
+
+
+async def _demo(trace: Path, speedup: float, max_workers: int, console: Console) -> int:
+    run = await run_compressed(
+        trace, speedup, max_workers, {"max_extra_delay_s": 1.0, "interval_s": 2.0}, console
+    )
+    console.print(batch_table(run.reports, run.stages, run.allocated))
+    return 1 if any(r.extra_delay_s is None for r in run.reports) else 0
 
 
 def demo_main(speedup: float = 20.0, max_workers: int = 64, trace: str | None = None) -> int:
