@@ -37,22 +37,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distrs_client.errors import (
+    ACCESS_ERRORS,
+    REJECTED_ERRORS,
+    STATE_LOSS_ERRORS,
     APIError,
-    AuthenticationError,
-    BadRequestError,
     ClientClosedError,
-    ConflictError,
     DistrsError,
     NotFoundError,
-    PermissionDeniedError,
     ResultsTimeoutError,
-    ServerError,
     ServiceUnavailableError,
     api_error,
 )
 from distrs_client.models import RewardResult
 from distrs_client.retry import RetryPolicy, is_retryable_status, parse_retry_after
-from distrs_client.transport import HttpxTransport, Response, Transport
+from distrs_client.transport import HttpxTransport, QueryParams, Response, Transport
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -258,7 +256,7 @@ class AsyncRewardClient:
             if b.suspect:
                 try:
                     await self._reconcile(b)
-                except (ServiceUnavailableError, ServerError):
+                except STATE_LOSS_ERRORS:
                     await self._sleep(self._retry.max_delay_s)
                     continue
             wait = min(self._poll_wait_s, 1.0) if b.degraded else self._poll_wait_s
@@ -278,7 +276,7 @@ class AsyncRewardClient:
                     raise
                 b.suspect = b.degraded = True  # the service lost the batch: re-register, re-submit
                 continue
-            except (ServiceUnavailableError, ServerError):
+            except STATE_LOSS_ERRORS:
                 b.suspect = True
                 continue
             if self._merge(b, resp.body):
@@ -471,20 +469,20 @@ class AsyncRewardClient:
         """POST one bulk; isolate rejected requests; mark the batch suspect on transient failure."""
         try:
             await self._post_bulk(b, wires)
-        except (BadRequestError, ConflictError) as exc:
+        except REJECTED_ERRORS as exc:
             if len(wires) > 1:
                 mid = len(wires) // 2
                 await self._post_requests(b, wires[:mid])
                 await self._post_requests(b, wires[mid:])
                 return
             self._reject(b, wires[0]["request_id"], exc)
-        except (AuthenticationError, PermissionDeniedError) as exc:
+        except ACCESS_ERRORS as exc:
             b.error = exc
             raise
         except NotFoundError as exc:
             b.error = exc  # batch never registered by anyone within the retry budget
             raise
-        except (ServiceUnavailableError, ServerError, APIError) as exc:
+        except (ServiceUnavailableError, APIError) as exc:
             b.suspect = True  # kept in ``pending``: results() re-submits it
             raise exc
 
@@ -562,7 +560,7 @@ class AsyncRewardClient:
         path: str,
         *,
         body: Any = None,
-        params: dict[str, str | int | float] | None = None,
+        params: QueryParams | None = None,
         timeout_s: float | None = None,
         deadline: float | None = None,
     ) -> Response:

@@ -77,6 +77,15 @@ class ResultsTimeoutError(DistrsError, TimeoutError):
         self.partial = partial
 
 
+# How the client reacts to what reached it after retries, by group:
+# the service may have lost state it held for us (re-submit from the local copies) ...
+STATE_LOSS_ERRORS: tuple[type[DistrsError], ...] = (ServiceUnavailableError, ServerError)
+# ... it refused a request as malformed (isolate it as an ``invalid`` result) ...
+REJECTED_ERRORS: tuple[type[APIError], ...] = (BadRequestError, ConflictError)
+# ... or it refused the caller (fatal for the batch).
+ACCESS_ERRORS: tuple[type[APIError], ...] = (AuthenticationError, PermissionDeniedError)
+
+
 _BY_STATUS: dict[int, type[APIError]] = {
     400: BadRequestError,
     401: AuthenticationError,

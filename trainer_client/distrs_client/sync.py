@@ -10,15 +10,29 @@ One implementation behind both clients keeps their retry and re-submission behav
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from distrs_client.aio import AsyncRewardClient
 from distrs_client.errors import ClientClosedError
-from distrs_client.models import RewardResult
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncRewardClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[RewardClient, P], T]:
+    """A :class:`RewardClient` method that runs ``method`` of its async client and waits for it."""
+
+    @functools.wraps(method)
+    def call(self: RewardClient, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._client, *args, **kwargs))
+
+    call.__qualname__ = f"RewardClient.{method.__name__}"
+    return call
 
 
 class RewardClient:
@@ -51,20 +65,6 @@ class RewardClient:
             raise ClientClosedError("client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def start_batch(
-        self,
-        task: str,
-        batch_id: str,
-        size: int,
-        reward_type: str | None = None,
-        *,
-        rollout_started_at: float | None = None,
-    ) -> None:
-        """Register a batch when its rollout starts (the planner's warm-up hint). Idempotent."""
-        self._run(
-            self._client.start_batch(task, batch_id, size, reward_type, rollout_started_at=rollout_started_at)
-        )
-
     def submit(
         self, task: str, batch_id: str, request_id: str, reward_type: str, payload: dict[str, Any]
     ) -> None:
@@ -73,42 +73,13 @@ class RewardClient:
             raise ClientClosedError("client is closed")
         self._client.submit(task, batch_id, request_id, reward_type, payload)
 
-    def flush(self) -> None:
-        """Block until everything submitted so far was posted; raise the first error seen."""
-        self._run(self._client.flush())
-
-    def results(self, task: str, batch_id: str, timeout: float | None = None) -> list[RewardResult]:
-        """Block until the batch is complete; results in submission order (see the async client)."""
-        return self._run(self._client.results(task, batch_id, timeout))
-
-    def score(
-        self,
-        reward_type: str,
-        payload: dict[str, Any],
-        *,
-        task: str = "default",
-        request_id: str | None = None,
-        timeout: float | None = None,
-    ) -> RewardResult:
-        """Score one request and wait for its result."""
-        return self._run(
-            self._client.score(reward_type, payload, task=task, request_id=request_id, timeout=timeout)
-        )
-
-    def score_many(
-        self,
-        items: Iterable[tuple[str, dict[str, Any]]],
-        *,
-        task: str = "default",
-        batch_id: str | None = None,
-        timeout: float | None = None,
-    ) -> list[RewardResult]:
-        """Score ``(reward_type, payload)`` pairs as one batch; results in the same order."""
-        return self._run(self._client.score_many(list(items), task=task, batch_id=batch_id, timeout=timeout))
-
-    def request_state(self, task: str, request_id: str) -> dict[str, Any] | None:
-        """The service's record of one request, or None when it does not know it."""
-        return self._run(self._client.request_state(task, request_id))
+    # The blocking calls take the async client's arguments and docs unchanged and wait on the loop.
+    start_batch = _blocking(AsyncRewardClient.start_batch)
+    flush = _blocking(AsyncRewardClient.flush)
+    results = _blocking(AsyncRewardClient.results)
+    score = _blocking(AsyncRewardClient.score)
+    score_many = _blocking(AsyncRewardClient.score_many)
+    request_state = _blocking(AsyncRewardClient.request_state)
 
     def close(self) -> None:
         """Post what is buffered (best effort), close connections and stop the loop thread."""

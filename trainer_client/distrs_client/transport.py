@@ -19,6 +19,8 @@ import httpx
 
 from distrs_client.errors import ServiceUnavailableError
 
+QueryParams = Mapping[str, str | int | float]
+
 
 @dataclass(frozen=True)
 class Response:
@@ -36,7 +38,7 @@ class Transport(Protocol):
         path: str,
         *,
         body: Any = None,
-        params: Mapping[str, str | int | float] | None = None,
+        params: QueryParams | None = None,
         timeout_s: float | None = None,
     ) -> Response:
         """One exchange; raises ServiceUnavailableError when no HTTP answer came back."""
@@ -81,7 +83,7 @@ class HttpxTransport:
         path: str,
         *,
         body: Any = None,
-        params: Mapping[str, str | int | float] | None = None,
+        params: QueryParams | None = None,
         timeout_s: float | None = None,
     ) -> Response:
         content = None if body is None else encode_json(body)

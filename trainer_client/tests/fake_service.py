@@ -7,7 +7,7 @@ live tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,15 +29,8 @@ class FakeService:
     reverse_results: bool = False
     hold: bool = False  # when True nothing finishes
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        params: Mapping[str, str | int | float] | None = None,
-        timeout_s: float | None = None,
-    ) -> Response:
+    async def request(self, method: str, path: str, *, body: Any = None, **_options: Any) -> Response:
+        """Answer from the in-memory state; query parameters and timeouts play no part here."""
         self.calls.append((method, path, body))
         while self.faults:
             fault = self.faults.pop(0)

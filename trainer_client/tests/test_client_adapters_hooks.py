@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from distrs_client import RewardClient
+from distrs_client import Response, RewardClient
 from distrs_client.adapters import verl as verl_adapter
 from distrs_client.adapters.common import cases_from, reward_type_for
 from distrs_client.adapters.trl import DistrsReward, completion_text
@@ -18,7 +19,7 @@ from fake_service import FakeService
 class ScoringFake(FakeService):
     """Scores math as 1.0 when the completion contains the ground truth, code by its test count."""
 
-    async def request(self, method, path, *, body=None, params=None, timeout_s=None):  # type: ignore[no-untyped-def]
+    async def request(self, method: str, path: str, *, body: Any = None, **options: Any) -> Response:
         if method == "POST" and path == "/v1/requests":
             for it in body["requests"]:
                 p = it["payload"]
@@ -26,7 +27,7 @@ class ScoringFake(FakeService):
                     p["score"] = 1.0 if p["ground_truth"] and p["ground_truth"] in p["completion"] else 0.0
                 elif "code" in p:
                     p["score"] = len(p["tests"]) / 10
-        return await super().request(method, path, body=body, params=params, timeout_s=timeout_s)
+        return await super().request(method, path, body=body, **options)
 
 
 @pytest.fixture

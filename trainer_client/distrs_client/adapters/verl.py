@@ -21,20 +21,41 @@ number.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from distrs_client.adapters.common import payload_for, reward_type_for
 from distrs_client.shared import shared_async_client, shared_client
 
 
-def _opts(kwargs: dict[str, Any]) -> tuple[str | None, str | None, str, str, float | None]:
-    return (
+class _Options(NamedTuple):
+    url: str | None
+    token: str | None
+    default_type: str
+    task: str
+    timeout: float | None
+
+
+def _opts(kwargs: dict[str, Any]) -> _Options:
+    return _Options(
         kwargs.get("distrs_url"),
         kwargs.get("distrs_token"),
         str(kwargs.get("reward_type") or "math"),
         str(kwargs.get("task") or "verl"),
         kwargs.get("timeout"),
     )
+
+
+def _sample(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None,
+    kwargs: dict[str, Any],
+) -> tuple[_Options, str, dict[str, Any]]:
+    """The options of a per-sample call and the ``(reward_type, payload)`` of its sample."""
+    opts = _opts(kwargs)
+    rt = reward_type_for(data_source, extra_info, opts.default_type)
+    return opts, rt, payload_for(rt, solution_str, ground_truth, extra_info)
 
 
 def compute_score(
@@ -45,12 +66,9 @@ def compute_score(
     **kwargs: Any,
 ) -> float:
     """verl per-sample reward function."""
-    url, token, default_type, task, timeout = _opts(kwargs)
-    rt = reward_type_for(data_source, extra_info, default_type)
-    result = shared_client(url, token).score(
-        rt, payload_for(rt, solution_str, ground_truth, extra_info), task=task, timeout=timeout
-    )
-    return result.score
+    opts, rt, payload = _sample(data_source, solution_str, ground_truth, extra_info, kwargs)
+    client = shared_client(opts.url, opts.token)
+    return client.score(rt, payload, task=opts.task, timeout=opts.timeout).score
 
 
 async def compute_score_async(
@@ -61,13 +79,9 @@ async def compute_score_async(
     **kwargs: Any,
 ) -> float:
     """verl per-sample reward function for the asynchronous reward loop."""
-    url, token, default_type, task, timeout = _opts(kwargs)
-    rt = reward_type_for(data_source, extra_info, default_type)
-    client = shared_async_client(url, token)
-    result = await client.score(
-        rt, payload_for(rt, solution_str, ground_truth, extra_info), task=task, timeout=timeout
-    )
-    return result.score
+    opts, rt, payload = _sample(data_source, solution_str, ground_truth, extra_info, kwargs)
+    client = shared_async_client(opts.url, opts.token)
+    return (await client.score(rt, payload, task=opts.task, timeout=opts.timeout)).score
 
 
 def compute_score_batch(
