@@ -7,78 +7,30 @@ never from the payload (flags such as ``-fplugin`` would run arbitrary code at c
 
 from __future__ import annotations
 
-from distrs.core.model import Status
+from distrs.rewards import judged_handler
 from distrs.rewards.base import StageInput, StageOutput, register
-from distrs.rewards.judge import (
-    InvalidPayload,
-    JudgeSettings,
-    case_limits,
-    compile_program,
-    decode_binary,
-    encode_binary,
-    judge_settings,
-    parse_payload,
-    run_tests,
-    shared_sandbox,
-    stage_budget,
-    verdict_output,
-)
-from distrs.sandbox import Limits, Sandbox
-
-SOURCE = "main.cpp"
-BINARY = "prog"
+from distrs.rewards.judge import JudgedPayload, case_limits, run_tests, stage_budget, verdict_output
+from distrs.rewards.judged_handler import BINARY, JudgedHandler, binary_artifact
+from distrs.sandbox import Limits
 
 
-class CompileHandler:
+class CompileHandler(judged_handler.CompileHandler):
     """g++ → artifact ``binary``; compile errors end the request ``compile_error``."""
 
-    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
-        self._sandbox = sandbox
-        self._settings = settings or judge_settings()
+    source = "main.cpp"
 
-    def ready(self) -> tuple[bool, str]:
-        return True, ""
-
-    def run(self, inp: StageInput) -> StageOutput:
-        try:
-            p = parse_payload(inp.payload, self._settings)
-        except InvalidPayload as e:
-            return e.output()
-        sandbox = self._sandbox or shared_sandbox()
-        timeout = min(self._settings.compile_time_s, stage_budget(inp))
-        with sandbox.session() as s:
-            s.write_file(SOURCE, p.code.encode())
-            argv = [self._settings.cxx, *self._settings.cxx_flags, "-o", BINARY, SOURCE]
-            failed, binary, r = compile_program(
-                s, argv, BINARY, timeout_s=timeout, memory_mb=self._settings.compile_memory_mb
-            )
-        if failed is not None:
-            return failed
-        assert binary is not None
-        return StageOutput.next({"binary": encode_binary(binary), "compile_s": f"{r.wall_s:.3f}"})
+    def compiler(self) -> list[str]:
+        return [self._settings.cxx, *self._settings.cxx_flags]
 
 
-class RunHandler:
+class RunHandler(JudgedHandler):
     """Runs the compiled ``binary`` once per test case."""
 
-    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
-        self._sandbox = sandbox
-        self._settings = settings or judge_settings()
-
-    def ready(self) -> tuple[bool, str]:
-        return True, ""
-
-    def run(self, inp: StageInput) -> StageOutput:
-        try:
-            p = parse_payload(inp.payload, self._settings)
-        except InvalidPayload as e:
-            return e.output()
-        encoded = inp.artifacts.get("binary")
-        if not encoded:
-            # The compile stage always sends one: a missing artifact is the pipeline's fault.
-            return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error="no 'binary' artifact from compile")
-        binary = decode_binary(encoded)
-        sandbox = self._sandbox or shared_sandbox()
+    def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
+        binary = binary_artifact(inp)
+        if isinstance(binary, StageOutput):
+            return binary
+        sandbox = self.sandbox
         limits = case_limits(p, self._settings, Limits())
         with sandbox.session() as s:
             s.write_file(BINARY, binary, executable=True)

@@ -27,30 +27,22 @@ import os
 import statistics
 
 from distrs.core.model import Status
+from distrs.rewards import judged_handler
 from distrs.rewards.base import StageInput, StageOutput, register
 from distrs.rewards.judge import (
-    InvalidPayload,
     JudgedPayload,
     JudgeSettings,
     Verdict,
     case_details,
     case_limits,
-    compile_program,
-    decode_binary,
-    encode_binary,
-    judge_settings,
-    parse_payload,
     raw_run,
     run_tests,
     score_of,
-    shared_sandbox,
     stage_budget,
 )
+from distrs.rewards.judged_handler import BINARY, JudgedHandler, binary_artifact
 from distrs.sandbox import Limits, MemoryKind, Mounts, Sandbox
 from distrs.sandbox.jail import JAIL_WORKDIR
-
-SOURCE = "main.cu"
-BINARY = "prog"
 
 
 def cuda_score(correctness: float, speedup: float | None, cap: float) -> float:
@@ -83,45 +75,27 @@ def gpu_mounts(dev: str = "/dev") -> Mounts:
     return Mounts(dev_paths=tuple(sorted(set(nodes))), sys=True)
 
 
-class CompileHandler:
-    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
-        self._sandbox = sandbox
-        self._settings = settings or judge_settings()
+class CompileHandler(judged_handler.CompileHandler):
+    """nvcc → artifact ``binary``; compile errors end the request ``compile_error``."""
 
-    def ready(self) -> tuple[bool, str]:
-        return True, ""
+    source = "main.cu"
 
-    def run(self, inp: StageInput) -> StageOutput:
-        try:
-            p = parse_payload(inp.payload, self._settings)
-        except InvalidPayload as e:
-            return e.output()
-        sandbox = self._sandbox or shared_sandbox()
-        timeout = min(self._settings.compile_time_s, stage_budget(inp))
-        with sandbox.session() as s:
-            s.write_file(SOURCE, p.code.encode())
-            argv = [self._settings.nvcc, *self._settings.nvcc_flags, "-o", BINARY, SOURCE]
-            # nvcc's intermediate files go to the work dir (disk, FSIZE-limited), not the tmpfs.
-            failed, binary, r = compile_program(
-                s,
-                argv,
-                BINARY,
-                timeout_s=timeout,
-                memory_mb=max(self._settings.compile_memory_mb, 8192),
-                env={"TMPDIR": JAIL_WORKDIR},
-            )
-        if failed is not None:
-            return failed
-        assert binary is not None
-        return StageOutput.next({"binary": encode_binary(binary), "compile_s": f"{r.wall_s:.3f}"})
+    def compiler(self) -> list[str]:
+        return [self._settings.nvcc, *self._settings.nvcc_flags]
+
+    def memory_mb(self) -> int:
+        return max(self._settings.compile_memory_mb, 8192)
+
+    def env(self) -> dict[str, str]:
+        # nvcc's intermediate files go to the work dir (disk, FSIZE-limited), not the tmpfs.
+        return {"TMPDIR": JAIL_WORKDIR}
 
 
-class ExecuteHandler:
+class ExecuteHandler(JudgedHandler):
     def __init__(
         self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None, dev: str = "/dev"
     ) -> None:
-        self._sandbox = sandbox
-        self._settings = settings or judge_settings()
+        super().__init__(sandbox, settings)
         self._dev = dev
 
     def ready(self) -> tuple[bool, str]:
@@ -141,21 +115,20 @@ class ExecuteHandler:
         if not ok:
             # A worker that is not ready should never lease; if it did, it is not the model's fault.
             return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=why)
-        try:
-            p = parse_payload(inp.payload, self._settings)
-        except InvalidPayload as e:
-            return e.output()
-        encoded = inp.artifacts.get("binary")
-        if not encoded:
-            return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error="no 'binary' artifact from compile")
-        sandbox = self._sandbox or shared_sandbox()
+        return super().run(inp)
+
+    def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
+        binary = binary_artifact(inp)
+        if isinstance(binary, StageOutput):
+            return binary
+        sandbox = self.sandbox
         # CUDA reserves huge virtual ranges: limit writable memory (RLIMIT_DATA), not address space.
         limits = case_limits(p, self._settings, Limits(memory_kind=MemoryKind.DATA))
         env = {}
         if "CUDA_VISIBLE_DEVICES" in os.environ:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         with sandbox.session() as s:
-            s.write_file(BINARY, decode_binary(encoded), executable=True)
+            s.write_file(BINARY, binary, executable=True)
             v = run_tests(
                 s, ["./" + BINARY], p, limits, stage_budget(inp), env=env, mounts=gpu_mounts(self._dev)
             )

@@ -22,7 +22,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import Field
@@ -189,20 +189,12 @@ def snippet(data: bytes | str, limit: int = SNIPPET_CHARS) -> str:
 
 
 def case_limits(p: JudgedPayload, settings: JudgeSettings, base: Limits) -> Limits:
-    """Per-test limits: the payload may lower the defaults, never raise them."""
+    """Per-test limits: ``base`` with the time, memory and output limits of the settings, which
+    the payload may lower, never raise (memory stays unlimited where ``base`` leaves it so)."""
     wall = min(settings.test_time_s, p.time_limit_s or math.inf)
     mem_mb = min(settings.memory_mb, p.memory_limit_mb or settings.memory_mb)
     mem = None if base.memory_bytes is None else mem_mb * MiB
-    return Limits(
-        wall_s=wall,
-        cpu_s=wall,
-        memory_bytes=mem,
-        memory_kind=base.memory_kind,
-        nproc=base.nproc,
-        fsize_bytes=base.fsize_bytes,
-        nofile=base.nofile,
-        output_bytes=settings.output_bytes,
-    )
+    return replace(base, wall_s=wall, cpu_s=wall, memory_bytes=mem, output_bytes=settings.output_bytes)
 
 
 @dataclass

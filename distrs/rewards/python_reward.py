@@ -17,19 +17,9 @@ import sys
 
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput, register
-from distrs.rewards.judge import (
-    InvalidPayload,
-    JudgeSettings,
-    Verdict,
-    case_limits,
-    judge_settings,
-    parse_payload,
-    run_tests,
-    shared_sandbox,
-    stage_budget,
-    verdict_output,
-)
-from distrs.sandbox import Limits, Mounts, Sandbox
+from distrs.rewards.judge import JudgedPayload, Verdict, case_limits, run_tests, stage_budget, verdict_output
+from distrs.rewards.judged_handler import JudgedHandler
+from distrs.sandbox import Limits, Mounts
 
 SOURCE = "main.py"
 # Python reports a source that does not compile before running anything, without a traceback
@@ -68,11 +58,7 @@ def interpreter(python: str = "") -> tuple[str, Mounts]:
     return exe, Mounts(ro_paths=ro)
 
 
-class PythonRunHandler:
-    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
-        self._sandbox = sandbox
-        self._settings = settings or judge_settings()
-
+class PythonRunHandler(JudgedHandler):
     def ready(self) -> tuple[bool, str]:
         try:
             interpreter(self._settings.python)
@@ -80,13 +66,9 @@ class PythonRunHandler:
             return False, f"python interpreter unusable: {e}"
         return True, ""
 
-    def run(self, inp: StageInput) -> StageOutput:
-        try:
-            p = parse_payload(inp.payload, self._settings)
-        except InvalidPayload as e:
-            return e.output()
+    def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         exe, mounts = interpreter(self._settings.python)
-        sandbox = self._sandbox or shared_sandbox()
+        sandbox = self.sandbox
         limits = case_limits(p, self._settings, Limits())
         with sandbox.session() as s:
             s.write_file(SOURCE, p.code.encode())

@@ -31,7 +31,7 @@ from distrs.sandbox.base import (
     Termination,
     default_env,
 )
-from distrs.sandbox.capture import collect
+from distrs.sandbox.capture import Collected, collect
 from distrs.sandbox.jail import fallback_command, jail_command
 from distrs.sandbox.settings import SandboxSettings
 from distrs.sandbox.uids import UidPool
@@ -96,7 +96,23 @@ class LocalSession:
         env: Mapping[str, str] | None = None,
         mounts: Mounts | None = None,
     ) -> RunResult:
-        return self._sandbox.run_in(self, argv, limits=limits, stdin=stdin, env=env, mounts=mounts)
+        sandbox = self._sandbox
+        cmd, cwd, popen_env = sandbox.command(self, argv, limits, env, mounts)
+        stdin_fd = _memfd(stdin)
+        try:
+            proc = _start(cmd, cwd, popen_env, stdin=stdin_fd, stderr=subprocess.PIPE)
+        finally:
+            os.close(stdin_fd)
+
+        def kill() -> None:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            sandbox.kill_leftovers(self._uid)
+
+        got = collect(proc, wall_s=limits.wall_s, cap=limits.output_bytes, kill=kill)
+        if sandbox.isolation == RLIMITS:
+            kill()  # daemons that left the process group but kept our uid
+        return _result(got, sandbox.isolation)
 
     def spawn(
         self,
@@ -106,7 +122,10 @@ class LocalSession:
         env: Mapping[str, str] | None = None,
         mounts: Mounts | None = None,
     ) -> subprocess.Popen[bytes]:
-        return self._sandbox.spawn_in(self, argv, limits=limits, env=env, mounts=mounts)
+        """A long-lived jailed helper with stdin/stdout pipes (stderr discarded); no wall limit:
+        the caller enforces its own deadlines and kills the process group."""
+        cmd, cwd, popen_env = self._sandbox.command(self, argv, limits, env, mounts)
+        return _start(cmd, cwd, popen_env, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
 
 class LocalSandbox:
@@ -135,8 +154,7 @@ class LocalSandbox:
             try:
                 yield LocalSession(self, path, uid)
             finally:
-                if uid is not None and self._isolation == RLIMITS:
-                    _kill_uid(uid)
+                self.kill_leftovers(uid)
                 remove_workdir(path)
 
     @contextmanager
@@ -147,7 +165,7 @@ class LocalSandbox:
             with self._uids.acquire() as uid:
                 yield uid
 
-    def _command(
+    def command(
         self,
         session: LocalSession,
         argv: Sequence[str],
@@ -173,95 +191,57 @@ class LocalSandbox:
             return cmd, "/", {"PATH": "/usr/bin:/bin"}
         return fallback_command(argv, limits=limits, uid=session.uid), str(session.path), full_env
 
-    def spawn_in(
-        self,
-        session: LocalSession,
-        argv: Sequence[str],
-        *,
-        limits: Limits,
-        env: Mapping[str, str] | None,
-        mounts: Mounts | None,
-    ) -> subprocess.Popen[bytes]:
-        """A long-lived jailed helper with stdin/stdout pipes (stderr discarded); no wall limit:
-        the caller enforces its own deadlines and kills the process group."""
-        cmd, cwd, popen_env = self._command(session, argv, limits, env, mounts)
-        try:
-            return subprocess.Popen(
-                cmd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                cwd=cwd,
-                env=popen_env,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as e:
-            raise SandboxError(f"cannot start sandbox ({cmd[0]}): {e}") from e
+    def kill_leftovers(self, uid: int | None) -> None:
+        """Without namespaces, kill whatever still runs as a session's dedicated uid."""
+        if uid is not None and self._isolation == RLIMITS:
+            _kill_uid(uid)
 
-    def run_in(
-        self,
-        session: LocalSession,
-        argv: Sequence[str],
-        *,
-        limits: Limits,
-        stdin: bytes,
-        env: Mapping[str, str] | None,
-        mounts: Mounts | None,
-    ) -> RunResult:
-        uid = session.uid
-        cmd, cwd, popen_env = self._command(session, argv, limits, env, mounts)
-        stdin_fd = _memfd(stdin)
-        try:
-            try:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdin=stdin_fd,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd=cwd,
-                    env=popen_env,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except OSError as e:
-                raise SandboxError(f"cannot start sandbox ({cmd[0]}): {e}") from e
-        finally:
-            os.close(stdin_fd)
 
-        def kill() -> None:
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            if uid is not None and self._isolation == RLIMITS:
-                _kill_uid(uid)
-
-        got = collect(proc, wall_s=limits.wall_s, cap=limits.output_bytes, kill=kill)
-        if self._isolation == RLIMITS:
-            kill()  # daemons that left the process group but kept our uid
-        exit_code: int | None = None
-        sig: int | None = None
-        termination = got.termination
-        if os.WIFSIGNALED(got.status):
-            sig = os.WTERMSIG(got.status)
-        else:
-            exit_code = os.WEXITSTATUS(got.status)
-            if termination is Termination.EXITED and self._isolation == BWRAP and 128 < exit_code < 128 + 65:
-                # bwrap reports a child killed by signal N as exit 128+N.
-                termination, sig, exit_code = Termination.SIGNALED, exit_code - 128, None
-        if termination is Termination.EXITED and exit_code in (1, 126, 127) and _setup_failed(got.stderr):
-            raise SandboxError(f"sandbox setup failed: {got.stderr[:500].decode(errors='replace')}")
-        return RunResult(
-            termination=termination,
-            exit_code=exit_code,
-            signal=sig,
-            stdout=got.stdout,
-            stderr=got.stderr,
-            wall_s=got.wall_s,
-            cpu_s=got.cpu_s,
-            stdout_truncated=got.stdout_truncated,
-            stderr_truncated=got.stderr_truncated,
-            isolation=self._isolation,
+def _start(
+    cmd: list[str], cwd: str, env: dict[str, str], *, stdin: int, stderr: int
+) -> subprocess.Popen[bytes]:
+    """Start the outermost jail process in its own process group (stdout piped to us)."""
+    try:
+        return subprocess.Popen(
+            cmd,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
         )
+    except OSError as e:
+        raise SandboxError(f"cannot start sandbox ({cmd[0]}): {e}") from e
+
+
+def _result(got: Collected, isolation: str) -> RunResult:
+    """The run's outcome from the outermost process's wait status and captured output."""
+    exit_code: int | None = None
+    sig: int | None = None
+    termination = got.termination
+    if os.WIFSIGNALED(got.status):
+        sig = os.WTERMSIG(got.status)
+    else:
+        exit_code = os.WEXITSTATUS(got.status)
+        if termination is Termination.EXITED and isolation == BWRAP and 128 < exit_code < 128 + 65:
+            # bwrap reports a child killed by signal N as exit 128+N.
+            termination, sig, exit_code = Termination.SIGNALED, exit_code - 128, None
+    if termination is Termination.EXITED and exit_code in (1, 126, 127) and _setup_failed(got.stderr):
+        raise SandboxError(f"sandbox setup failed: {got.stderr[:500].decode(errors='replace')}")
+    return RunResult(
+        termination=termination,
+        exit_code=exit_code,
+        signal=sig,
+        stdout=got.stdout,
+        stderr=got.stderr,
+        wall_s=got.wall_s,
+        cpu_s=got.cpu_s,
+        stdout_truncated=got.stdout_truncated,
+        stderr_truncated=got.stderr_truncated,
+        isolation=isolation,
+    )
 
 
 _SETUP_MARKERS = (b"bwrap: ", b"setpriv: ", b"prlimit: ")

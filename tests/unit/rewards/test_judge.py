@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from distrs.rewards.judge import (
     score_of,
     verdict_output,
 )
-from distrs.sandbox import Limits, Mounts, RunResult, Termination
+from distrs.sandbox import Limits, RunResult, Termination
 
 S = JudgeSettings()
 GOOD = {"code": "print(1)", "tests": [{"stdin": "", "expected_stdout": "1"}]}
@@ -131,15 +131,7 @@ class FakeSession:
     def read_file(self, name: str, max_bytes: int) -> bytes | None:
         raise AssertionError("not used")
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        limits: Limits,
-        stdin: bytes = b"",
-        env: Mapping[str, str] | None = None,
-        mounts: Mounts | None = None,
-    ) -> RunResult:
+    def run(self, argv: Sequence[str], *, limits: Limits, **_: Any) -> RunResult:
         self.walls.append(limits.wall_s)
         self.clock[0] += min(self.cost_s, limits.wall_s)
         return self.results.pop(0)

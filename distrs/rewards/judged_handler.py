@@ -1,0 +1,103 @@
+"""The skeleton every judged stage handler (``cpp``, ``python``, ``cuda``) shares.
+
+:class:`JudgedHandler` holds the sandbox (the worker's shared one unless given) and the
+``DISTRS_JUDGE_*`` settings, is ready by default, and turns a malformed payload into an
+``invalid`` result before the stage's own :meth:`JudgedHandler.judge` sees it.
+
+:class:`CompileHandler` is the ``compile`` stage of the compiled types: it writes ``code`` to
+the type's source file, runs the type's compiler in the sandbox and ships the binary to the
+next stage as the ``binary`` artifact (with ``compile_s``); a compiler failure ends the request.
+A type only says which source file and compiler command (plus, if needed, memory and
+environment) it uses.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from distrs.core.model import Status
+from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.judge import (
+    InvalidPayload,
+    JudgedPayload,
+    JudgeSettings,
+    compile_program,
+    decode_binary,
+    encode_binary,
+    judge_settings,
+    parse_payload,
+    shared_sandbox,
+    stage_budget,
+)
+from distrs.sandbox import Sandbox
+
+BINARY = "prog"
+BINARY_ARTIFACT = "binary"
+
+
+class JudgedHandler(ABC):
+    """Sandbox, settings, readiness and payload validation of one judged stage."""
+
+    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
+        self._sandbox = sandbox
+        self._settings = settings or judge_settings()
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox given at construction, else the worker's shared one (created on first use)."""
+        return self._sandbox or shared_sandbox()
+
+    def ready(self) -> tuple[bool, str]:
+        return True, ""
+
+    def run(self, inp: StageInput) -> StageOutput:
+        try:
+            p = parse_payload(inp.payload, self._settings)
+        except InvalidPayload as e:
+            return e.output()
+        return self.judge(inp, p)
+
+    @abstractmethod
+    def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
+        """The stage's work on a valid payload."""
+
+
+def binary_artifact(inp: StageInput) -> bytes | StageOutput:
+    """The compiled program from the compile stage, or the ``internal_error`` ending the request.
+
+    The compile stage always sends one: a missing artifact is the pipeline's fault, not the model's.
+    """
+    encoded = inp.artifacts.get(BINARY_ARTIFACT)
+    if not encoded:
+        return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error="no 'binary' artifact from compile")
+    return decode_binary(encoded)
+
+
+class CompileHandler(JudgedHandler):
+    """Compiler → artifact ``binary``; compile errors end the request ``compile_error``."""
+
+    source: ClassVar[str]  # the file ``code`` is written to, e.g. ``main.cpp``
+
+    @abstractmethod
+    def compiler(self) -> list[str]:
+        """Compiler and flags (from the settings, never from the payload); output and source follow."""
+
+    def memory_mb(self) -> int:
+        return self._settings.compile_memory_mb
+
+    def env(self) -> dict[str, str] | None:
+        return None
+
+    def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
+        timeout = min(self._settings.compile_time_s, stage_budget(inp))
+        with self.sandbox.session() as s:
+            s.write_file(self.source, p.code.encode())
+            argv = [*self.compiler(), "-o", BINARY, self.source]
+            failed, binary, r = compile_program(
+                s, argv, BINARY, timeout_s=timeout, memory_mb=self.memory_mb(), env=self.env()
+            )
+        if failed is not None:
+            return failed
+        assert binary is not None
+        return StageOutput.next({BINARY_ARTIFACT: encode_binary(binary), "compile_s": f"{r.wall_s:.3f}"})
