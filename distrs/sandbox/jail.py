@@ -96,8 +96,11 @@ def bwrap_args(
         args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     else:
         args += ["--unshare-all", "--unshare-user", "--disable-userns"]
+    # The private /tmp comes first, so binds below it (an interpreter in a venv under /tmp, say)
+    # are mounted on top of it rather than hidden by it.
+    args += ["--perms", "1777", "--size", str(limits.tmpfs_bytes), "--tmpfs", "/tmp"]
     bound: list[str] = []
-    made: set[str] = set()
+    made: set[str] = {"/tmp"}
     for p in (*_BASE_RO, *mounts.ro_paths):
         args += _parents(p, bound, made)
         args += ["--ro-bind-try", p, p]
@@ -111,7 +114,6 @@ def bwrap_args(
         args += ["--dev-bind-try", p, p]
     if mounts.sys:
         args += ["--ro-bind", "/sys", "/sys"]
-    args += ["--perms", "1777", "--size", str(limits.tmpfs_bytes), "--tmpfs", "/tmp"]
     args += _parents(JAIL_WORKDIR, bound, made)
     args += ["--bind", workdir, JAIL_WORKDIR, "--chdir", JAIL_WORKDIR, "--clearenv"]
     for k, v in env.items():
