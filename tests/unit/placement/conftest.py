@@ -58,3 +58,19 @@ def tiny_grpo():
             "responses_per_prompt": 2,
         }
     )
+
+
+def small_grpo(mode: str = "sync"):
+    """An 8-layer GRPO actor (hidden 1024) with 16 prompts x 4 responses of 512+512 tokens."""
+    return parse_workflow(
+        {
+            "algorithm": "grpo",
+            "mode": mode,
+            "models": {"actor": {"layers": 8, "hidden": 1024, "intermediate": 4096}},
+            "seq_in": 512,
+            "seq_out": 512,
+            "global_batch": 16,
+            "responses_per_prompt": 4,
+            "name": "tiny",
+        }
+    )

@@ -38,6 +38,15 @@ GEN_TP2 = 2 * 2 * 2 * 704 / (100e12 * 2) + 2 * 2 * 2 * intra(64) + 2 * 2 * 2 * 2
 RESHARD_TP2 = intra(2 * 2 * 160 / 2)
 
 
+def all_tasks_tp2_on_first_node() -> TaskGroup:
+    """GRPO's three tasks colocated on GPUs 0-1, each with TP 2."""
+    return TaskGroup(
+        (GEN, REF_INF, ACTOR_TRAIN),
+        (0, 1),
+        (tp2(GEN, (0, 1)), tp2(REF_INF, (0, 1)), tp2(ACTOR_TRAIN, (0, 1))),
+    )
+
+
 def test_topology_matrices(two_node_cluster):
     topo = Topology(two_node_cluster)
     assert topo.n == 4
@@ -79,11 +88,7 @@ def test_pipeline_cost_and_bubble(two_node_cluster, tiny_grpo):
 
 def test_sync_grpo_colocated_is_sum_plus_reshard(two_node_cluster, tiny_grpo):
     cm = model(two_node_cluster, tiny_grpo)
-    group = TaskGroup(
-        (GEN, REF_INF, ACTOR_TRAIN),
-        (0, 1),
-        (tp2(GEN, (0, 1)), tp2(REF_INF, (0, 1)), tp2(ACTOR_TRAIN, (0, 1))),
-    )
+    group = all_tasks_tp2_on_first_node()
     ev = cm.evaluate(Plan((group,)))
     assert ev.feasible
     # C_SyncGRPO = C^1 + Φ({C^3}) + C^5 + C_reshard (B.4)
@@ -112,11 +117,7 @@ def test_async_grpo_overlaps_generation_and_pays_weight_sync(two_node_cluster, t
 def test_async_requires_generation_alone(two_node_cluster, tiny_grpo):
     wf = tiny_grpo.__class__(**{**tiny_grpo.__dict__, "mode": "async"})
     cm = model(two_node_cluster, wf)
-    group = TaskGroup(
-        (GEN, REF_INF, ACTOR_TRAIN),
-        (0, 1),
-        (tp2(GEN, (0, 1)), tp2(REF_INF, (0, 1)), tp2(ACTOR_TRAIN, (0, 1))),
-    )
+    group = all_tasks_tp2_on_first_node()
     ev = cm.evaluate(Plan((group,)))
     assert not ev.feasible
     assert "own task group" in ev.reason
@@ -147,11 +148,7 @@ def test_memory_constraint_c3(two_node_cluster, tiny_grpo):
         }
     )
     cm = model(two_node_cluster, big)
-    group = TaskGroup(
-        (GEN, REF_INF, ACTOR_TRAIN),
-        (0, 1),
-        (tp2(GEN, (0, 1)), tp2(REF_INF, (0, 1)), tp2(ACTOR_TRAIN, (0, 1))),
-    )
+    group = all_tasks_tp2_on_first_node()
     ev = cm.evaluate(Plan((group,)))
     assert not ev.feasible
     assert "GB" in ev.reason

@@ -8,27 +8,12 @@ import pytest
 
 from distrs.placement import report
 from distrs.placement.manifests import pod_templates, render
-from distrs.placement.specs import parse_workflow
-
-
-def wf(mode: str = "sync"):
-    return parse_workflow(
-        {
-            "algorithm": "grpo",
-            "mode": mode,
-            "models": {"actor": {"layers": 8, "hidden": 1024, "intermediate": 4096}},
-            "seq_in": 512,
-            "seq_out": 512,
-            "global_batch": 16,
-            "responses_per_prompt": 4,
-            "name": "tiny",
-        }
-    )
+from tests.unit.placement.conftest import small_grpo
 
 
 @pytest.mark.parametrize("algorithm", ["hetrl", "verl-baseline", "streamrl-baseline"])
 def test_document_has_the_issue_fields(two_node_cluster, algorithm):
-    doc = report.run(two_node_cluster, wf(), algorithm, budget_s=1.0)
+    doc = report.run(two_node_cluster, small_grpo(), algorithm, budget_s=1.0)
     for key in (
         "iteration_time_s",
         "throughput_tokens_s",
@@ -53,15 +38,15 @@ def test_document_has_the_issue_fields(two_node_cluster, algorithm):
 
 def test_unknown_algorithm_and_missing_inputs(two_node_cluster):
     with pytest.raises(report.PlanningError, match="--algorithm"):
-        report.run(two_node_cluster, wf(), "magic")
+        report.run(two_node_cluster, small_grpo(), "magic")
     with pytest.raises(report.PlanningError, match="async"):
-        report.run(two_node_cluster, wf("sync"), "areal-hex")
+        report.run(two_node_cluster, small_grpo("sync"), "areal-hex")
     with pytest.raises(report.PlanningError, match="slo_iteration_s"):
-        report.run(two_node_cluster, wf(), "espresso")
+        report.run(two_node_cluster, small_grpo(), "espresso")
 
 
 def test_summary_rows_one_per_task(two_node_cluster):
-    doc = report.run(two_node_cluster, wf(), "verl-baseline")
+    doc = report.run(two_node_cluster, small_grpo(), "verl-baseline")
     rows = report.summary_rows(doc)
     assert len(rows) == 3
     assert all(len(r) == len(report.SUMMARY_HEADER) for r in rows)
@@ -69,7 +54,7 @@ def test_summary_rows_one_per_task(two_node_cluster):
 
 
 def test_rendered_rayjob(two_node_cluster):
-    doc = report.run(two_node_cluster, wf("async"), "streamrl-baseline")
+    doc = report.run(two_node_cluster, small_grpo("async"), "streamrl-baseline")
     manifests = render(doc, two_node_cluster, "http://distrs-proxy.distrs:8000", namespace="rl")
     kinds = [m["kind"] for m in manifests]
     assert kinds == ["ConfigMap", "RayJob"]

@@ -9,22 +9,8 @@ import pytest
 from distrs.placement import baselines, hetrl, hetrl_ilp
 from distrs.placement.costmodel import CostModel
 from distrs.placement.space import GroupBuilder, task_groupings
-from distrs.placement.specs import parse_workflow
 from distrs.placement.topology import Topology
-
-
-def workflow(mode: str):
-    return parse_workflow(
-        {
-            "algorithm": "grpo",
-            "mode": mode,
-            "models": {"actor": {"layers": 8, "hidden": 1024, "intermediate": 4096}},
-            "seq_in": 512,
-            "seq_out": 512,
-            "global_batch": 16,
-            "responses_per_prompt": 4,
-        }
-    )
+from tests.unit.placement.conftest import small_grpo
 
 
 def brute_force(cm: CostModel) -> float:
@@ -48,7 +34,7 @@ def brute_force(cm: CostModel) -> float:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_sha_ea_and_ilp_reach_the_brute_force_optimum(two_node_cluster, mode):
-    cm = CostModel(Topology(two_node_cluster), workflow(mode))
+    cm = CostModel(Topology(two_node_cluster), small_grpo(mode))
     optimum = brute_force(cm)
     assert optimum < float("inf")
     _, ev, stats = hetrl.schedule(cm, budget_s=2.0, seed=1)
@@ -64,7 +50,7 @@ def test_sha_ea_and_ilp_reach_the_brute_force_optimum(two_node_cluster, mode):
 
 
 def test_baselines_are_feasible_and_not_better_than_optimum(two_node_cluster):
-    cm = CostModel(Topology(two_node_cluster), workflow("sync"))
+    cm = CostModel(Topology(two_node_cluster), small_grpo("sync"))
     optimum = brute_force(cm)
     plan, ev = baselines.verl_baseline(cm)
     assert plan is not None and ev is not None and ev.feasible
