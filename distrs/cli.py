@@ -7,9 +7,7 @@ Process commands (``up``, ``proxy``, ``worker``, ``planner``) build typed settin
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 import signal
 import sys
 from typing import Annotated, Any
@@ -214,21 +212,16 @@ def demo(
     sys.exit(demo_main(speedup=speedup, max_workers=max_workers))
 
 
-def _mount(name: str, module: str, help_text: str) -> None:
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as exc:  # a tool group whose optional parts are missing must not break the CLI
-        if os.environ.get("DISTRS_DEBUG_CLI"):
-            raise
-        logging.getLogger(__name__).debug("command group %s unavailable: %s", name, exc)
-        return
-    app.add_typer(mod.app, name=name, help=help_text)
+def _mount_groups() -> None:
+    from distrs.commands import bench, config, placement, trace
+
+    app.add_typer(config.app, name="config", help="Configuration: docs.")
+    app.add_typer(bench.app, name="bench", help="Benchmarks: scaling, ebf, planner-runtime.")
+    app.add_typer(trace.app, name="trace", help="Workload traces: generate.")
+    app.add_typer(placement.app, name="placement", help="Trainer placement: plan, render.")
 
 
-_mount("config", "distrs.commands.config", "Configuration: docs.")
-_mount("bench", "distrs.commands.bench", "Benchmarks: scaling, ebf, planner-runtime.")
-_mount("trace", "distrs.commands.trace", "Workload traces: generate.")
-_mount("placement", "distrs.commands.placement", "Trainer placement: plan, render.")
+_mount_groups()
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ accounts allocated worker-seconds per stage from the actuator's ready replicas.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -79,7 +80,7 @@ class Planner:
         self.known_tasks |= {b.task for b in ctx.batches}
         extra = {t: await self.store.history(t) for t in self.known_tasks - set(ctx.histories)}
         if extra:
-            ctx = PlanContext(**{**ctx.__dict__, "histories": {**ctx.histories, **extra}})
+            ctx = dataclasses.replace(ctx, histories={**ctx.histories, **extra})
         t0 = time.perf_counter()
         decision = await asyncio.to_thread(self.plan_fn, ctx)
         took = time.perf_counter() - t0
