@@ -68,6 +68,13 @@ def _step(points: Sequence[tuple[float, int]], max_points: int = 4000) -> tuple[
     return t, c
 
 
+def _save(plt: Any, fig: Any, out: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def plot_allocation(results: dict[str, ReplayResult], out: Path, title: str) -> list[Path]:
     """One PNG per stage: allocated workers over time for every policy (Fig. 10a/b)."""
     plt = _plt()
@@ -127,10 +134,7 @@ def plot_normalized(per_trace: dict[str, dict[str, ReplayResult]], out: Path, st
     ax.set_ylabel(f"{stage} worker-s / busy-s")
     ax.axhline(1.0, color="k", linewidth=0.5)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def plot_ebf(points: Sequence[EbfPoint], out: Path) -> Path:
@@ -143,10 +147,7 @@ def plot_ebf(points: Sequence[EbfPoint], out: Path) -> Path:
     ax.set_xlabel("GPU workers")
     ax.set_ylabel("mean extra delay (s)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def plot_runtime(points: Sequence[RuntimePoint], out: Path) -> Path:
@@ -163,10 +164,7 @@ def plot_runtime(points: Sequence[RuntimePoint], out: Path) -> Path:
     ax.set_xlabel("estimated requests")
     ax.set_ylabel("seconds")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def ebf_markdown(points: Sequence[EbfPoint], needed: dict[str, dict[str, int | None]]) -> str:
