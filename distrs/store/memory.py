@@ -348,9 +348,8 @@ class MemoryStore:
 
     async def snapshot(self, now: float) -> Snapshot:
         snap = Snapshot(now=now)
-        for stage, q in self._queues.items():
-            snap.queue_depth.setdefault(stage, 0)
-            del q  # depth is counted from records below (heaps hold stale entries)
+        # Depth is counted from the records below: heaps may hold stale entries.
+        snap.queue_depth = dict.fromkeys(self._queues, 0)
         for lease in self._leases.values():
             snap.running[lease.stage] = snap.running.get(lease.stage, 0) + 1
             snap.busy_workers.setdefault(lease.stage, []).append(lease.worker_id)

@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from distrs import dashboards
-from tests.fixtures.service import WORKER, free_port, running_service, wait_http
+from tests.fixtures.service import WORKER, free_port, running_service, stop_process, wait_http
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 NAMESPACE = "distrs-test"
@@ -71,12 +71,7 @@ def prometheus(targets: dict[str, str]) -> Iterator[str]:
             wait_http(f"{url}/-/ready", timeout_s=30, proc=proc)
             yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_process(proc, 10)
             log.close()
 
 
@@ -99,12 +94,7 @@ def planner_process(redis_url: str, proxy_url: str, metrics_port: int, workdir: 
         wait_http(f"http://127.0.0.1:{metrics_port}/metrics", timeout_s=30, proc=proc)
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc, 15)
         log.close()
 
 
