@@ -86,6 +86,9 @@ def main() -> None:
     report["params"] = {
         "max_extra_delay_s": params.max_extra_delay_s,
         "cold_start_s": params.cold_start_s,
+        "replan_interval_s": params.replan_interval_s,
+        "scale_down_margin_s": params.cold_start_s,
+        "timeout_check": params.options.timeout_check,
         "queue": str(params.queue_policy),
     }
     for name, (gen, policies) in TRACES.items():

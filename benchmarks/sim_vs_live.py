@@ -33,11 +33,17 @@ D_TRACE_S = 20.0  # D in trace seconds (1 s of compressed time)
 MAX_WORKERS = 64
 HISTORY = 8
 REPLAN_TRACE_S = 40.0  # the live planner re-plans every 2 compressed seconds
+COLD_START_TRACE_S = 2.0  # a local worker thread starts in ~0.1 compressed s; sim start = margin
 OUT = Path(__file__).resolve().parent / "results"
 
 
 async def live(trace: Path) -> dict[str, Any]:
-    overrides = {"max_extra_delay_s": D_TRACE_S / SPEEDUP, "interval_s": REPLAN_TRACE_S / SPEEDUP}
+    overrides = {
+        "max_extra_delay_s": D_TRACE_S / SPEEDUP,
+        "interval_s": REPLAN_TRACE_S / SPEEDUP,
+        "scale_down_margin_s": COLD_START_TRACE_S / SPEEDUP,
+        "scale_up_lookahead_s": (REPLAN_TRACE_S + COLD_START_TRACE_S) / SPEEDUP,
+    }
     t0 = time.monotonic()
     run = await run_compressed(trace, SPEEDUP, MAX_WORKERS, overrides, Console(quiet=True))
     wall = time.monotonic() - t0
@@ -55,7 +61,7 @@ def sim(trace: Path) -> dict[str, Any]:
     params = ClusterParams(
         policy="distrs",
         max_extra_delay_s=D_TRACE_S,
-        cold_start_s=1.0 * SPEEDUP,
+        cold_start_s=COLD_START_TRACE_S,
         max_replicas=MAX_WORKERS,
         replan_interval_s=REPLAN_TRACE_S,
         history_window=HISTORY,

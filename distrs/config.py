@@ -7,6 +7,8 @@ Every field can be set from the environment with the ``DISTRS_`` prefix (e.g.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -77,6 +79,23 @@ class PlannerSettings(StoreSettings):
     max_replicas: int = Field(64, ge=1, description="Upper bound per stage.")
     min_replicas: int = Field(0, ge=0, description="Lower bound per stage.")
     interval_s: float = Field(5.0, gt=0, description="Re-plan period even without events.")
+    scale_down_margin_s: float = Field(
+        15.0,
+        ge=0,
+        description="Scale-down hysteresis: shrink a stage only while the plan still meets every "
+        "deadline this many seconds early (about a worker's start time; 0 = off).",
+    )
+    scale_up_lookahead_s: float = Field(
+        0.0,
+        ge=0,
+        description="Start new workers only when the plan keeps them busy within this many seconds; "
+        "set to interval_s plus a worker's start time (0 = start every planned worker at once).",
+    )
+    timeout_check: Literal["enqueue", "start"] = Field(
+        "enqueue",
+        description="Timeout-aware rule: check LT when a request joins a queue (enqueue) or just "
+        "before a waiting one starts (start, stricter).",
+    )
     actuator: str = Field("local", description="local | kubernetes")
     namespace: str = Field("default", description="Kubernetes namespace of the worker Deployments.")
     deployment_prefix: str = Field("distrs-worker-", description="Worker Deployment name = prefix+stage.")

@@ -77,8 +77,8 @@ def scaling(
     iterations: Annotated[int | None, typer.Option(help="Only the first N iterations of each task.")] = None,
     static_replicas: Annotated[int, typer.Option(help="Workers per stage for the static policy.")] = 16,
     replan_interval: Annotated[
-        float | None, typer.Option(help="Also re-plan every S seconds (scale-up only).")
-    ] = None,
+        float, typer.Option(help="Also re-plan every S seconds while batches are active (0 = only at batch events).")
+    ] = 15.0,
 ) -> None:
     """Replay a trace under each policy; worker-seconds, busy-seconds and extra delay."""
     from distrs.scaling.context import PolicyOptions
@@ -97,7 +97,7 @@ def scaling(
     params = ClusterParams(
         max_extra_delay_s=max_extra_delay,
         cold_start_s=cold_start,
-        replan_interval_s=replan_interval,
+        replan_interval_s=replan_interval or None,
         options=PolicyOptions(static_replicas=static_replicas),
     )
     results = compare_policies(tr, names, params)

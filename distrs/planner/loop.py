@@ -64,6 +64,9 @@ class Planner:
             static_replicas=self.settings.static_replicas,
             default_span_s=self.settings.default_batch_span_s,
             warm_start=dict(self._previous) or None,
+            scale_down_margin_s=self.settings.scale_down_margin_s,
+            scale_up_lookahead_s=self.settings.scale_up_lookahead_s,
+            timeout_check=self.settings.timeout_check,
         )
 
     async def decide(self, trigger: str) -> Decision:

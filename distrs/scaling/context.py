@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -57,10 +57,19 @@ class PolicyOptions:
     """... each running ``fraction × T_j`` at every stage of its type (see ``fallback.py``)."""
     seed: int = 0
     """Mixed into the sampling of Queuing_k / Running_k requests (Alg. 2 lines 14, 18)."""
-    timeout_wait_floor: bool = False
-    """Timeout-aware rule variant: a queued request may always wait up to D (see simulate.py)."""
+    timeout_check: Literal["enqueue", "start"] = "enqueue"
+    """When the timeout-aware rule reads ts: ``enqueue`` (as a request joins a queue) or ``start``
+    (just before a waiting request starts; stricter). See simulate.py."""
     warm_start: Mapping[str, int] | None = None
-    """Previous decision per stage; lets the search probe near it first (same answer, fewer runs)."""
+    """Previous decision per stage; lets the search probe near it first (same answer, fewer runs),
+    and is the allocation a scale-down starts from (``scale_down_margin_s``)."""
+    scale_down_margin_s: float | None = None
+    """Hysteresis for scale-down: a stage shrinks below ``warm_start`` only as far as the plan
+    still meets every deadline this many seconds early, so a later correction has time to start
+    workers again (set it to the worker start time). None or 0: no hysteresis."""
+    scale_up_lookahead_s: float | None = None
+    """Scale up only to the workers the plan keeps busy within this many seconds (re-plan
+    interval + worker start time); later ones are started by later re-plans. None or 0: off."""
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,15 @@
                    (Sec. 5.1-5.2). What the live planner runs.
 ``history``        the same without the timeout-aware rule ("History-Based", Sec. 6.3).
 ``zq-dedicated``   zero queuing, a separate pool per task, sized from history: each task gets
-                   the peak concurrency of its own estimated requests ("ZQ-Dedicated", Sec. 6.1).
+                   the peak concurrency of its whole estimated batch, held until the batch
+                   completes ("ZQ-Dedicated", Sec. 6.1).
 ``ideal``          perfect knowledge of the active batches' requests (``ctx.oracle``), one shared
                    pool, EBF, no timeout margin needed (Sec. 6.1). Simulator only.
 ``static``         a fixed number of workers per stage (``options.static_replicas``).
 =================  ==========================================================================
+
+The searched policies (distrs, history, ideal) apply the same scale-down hysteresis
+(``with_hysteresis``), so that frequent re-plans do not shrink the pool to a plan with no slack.
 
 Every policy returns 0 workers for a stage no active batch will use: the pool scales to zero
 between batches (the workers that are still busy finish first; that is the actuator's job).
@@ -22,11 +26,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+import numpy as np
+
 from distrs.core.priority import QueuePolicy
-from distrs.scaling.collect import collect, from_oracle
+from distrs.scaling.collect import collect, from_oracle, profile_arrays
 from distrs.scaling.context import ActiveBatch, Decision, PlanContext
-from distrs.scaling.search import search, useful_concurrency
-from distrs.scaling.workload import Workload
+from distrs.scaling.search import SearchResult, search, useful_concurrency
+from distrs.scaling.simulate import busy_peaks
+from distrs.scaling.workload import Workload, concat
 
 
 class Policy(Protocol):
@@ -55,8 +62,14 @@ def _estimates(wl: Workload) -> dict[tuple[str, str], float]:
     return {key: float(t) for key, t in zip(wl.batch_keys, wl.batch_T, strict=True)}
 
 
-def _searched(ctx: PlanContext, wl: Workload, timeout_aware: bool) -> Decision:
-    res = search(
+def _search(
+    ctx: PlanContext,
+    wl: Workload,
+    timeout_aware: bool,
+    margin_s: float = 0.0,
+    within: Mapping[str, tuple[int, int]] | None = None,
+) -> SearchResult:
+    return search(
         wl,
         ctx.stages,
         ctx.max_extra_delay_s,
@@ -64,10 +77,77 @@ def _searched(ctx: PlanContext, wl: Workload, timeout_aware: bool) -> Decision:
         timeout_aware=timeout_aware,
         max_replicas=ctx.max_replicas,
         warm_start=ctx.options.warm_start,
-        wait_floor=ctx.options.timeout_wait_floor,
+        timeout_check=ctx.options.timeout_check,
+        margin_s=margin_s,
+        within=within,
     )
+
+
+def with_hysteresis(ctx: PlanContext, wl: Workload, timeout_aware: bool, res: SearchResult) -> dict[str, int]:
+    """Scale down only idle capacity, and only as far as the plan keeps some slack.
+
+    Alg. 1 returns the fewest workers that just meet the deadlines if they are available from
+    now on. Re-planned every few seconds, that tight answer shrinks the pool after every
+    decision, and the first estimate that turns out low must then *add* workers, which arrive a
+    cold start later than the simulation assumed. Two guards, both only on a scale-down:
+
+    * a re-plan never retires a busy worker: the pool stays at least at the number of requests
+      running or queued at the stage now, so it shrinks as workers fall idle. When the last
+      requests of a batch run long (the timeout-aware case of Sec. 5.1), the estimate of their
+      remaining time is the least reliable part of the plan, and a worker retired on that
+      estimate is not there for the next arrival;
+    * a second search against deadlines ``scale_down_margin_s`` earlier bounds how far it goes:
+      new = max(tight answer, min(current, answer with margin)).
+
+    Scale-ups are never held back.
+    """
+    current = ctx.options.warm_start
+    if not current or all(n >= current.get(k, 0) for k, n in res.replicas.items()):
+        return dict(res.replicas)
+    out = dict(res.replicas)
+    margin = ctx.options.scale_down_margin_s or 0.0
+    if margin > 0:
+        # new = max(tight, min(current, safe)): bisect the safe answer only inside [tight, current]
+        within = {k: (n, max(n, current.get(k, 0))) for k, n in res.replicas.items()}
+        safe = _search(ctx, wl, timeout_aware, margin, within).replicas
+        out = {k: max(n, min(current.get(k, 0), safe[k])) for k, n in out.items()}
+    for k, n in out.items():
+        busy = sum(len(b.running_elapsed.get(k, ())) + b.queued.get(k, 0) for b in ctx.batches)
+        out[k] = max(n, min(current.get(k, 0), busy))
+    return out
+
+
+def with_lookahead(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> dict[str, int]:
+    """Start new workers only when the plan needs them within ``scale_up_lookahead_s``.
+
+    Alg. 1's N_k holds from now to the end of every active batch, but the requests that keep
+    all N_k busy may come much later: a batch's first execute request follows its first
+    compile by about a compile time, and a hint comes ~30 s before the first request. A worker
+    started now and idle until then is paid for nothing. With the planner re-planning every
+    ``interval`` and a worker taking ``start`` seconds to come up, a worker the plan needs
+    after now + interval + start can still be started at the next decision; so a scale-up goes
+    only to the plan's busy peak before now + lookahead (lookahead = interval + start), and the
+    rest follows as the window slides. Scale-downs are untouched.
+    """
+    horizon = ctx.options.scale_up_lookahead_s or 0.0
+    current = ctx.options.warm_start or {}
+    if horizon <= 0 or wl.n == 0 or all(n <= current.get(k, 0) for k, n in replicas.items()):
+        return replicas
+    names = [s.name for s in ctx.stages]
+    peaks = busy_peaks(wl, [replicas[n] for n in names], ctx.now + horizon, QueuePolicy.EBF)
+    out = dict(replicas)
+    for name, peak in zip(names, peaks, strict=True):
+        have = current.get(name, 0)
+        if out[name] > have:
+            out[name] = max(have, min(out[name], peak))
+    return out
+
+
+def _searched(ctx: PlanContext, wl: Workload, timeout_aware: bool) -> Decision:
+    res = _search(ctx, wl, timeout_aware)
+    replicas = with_lookahead(ctx, wl, with_hysteresis(ctx, wl, timeout_aware, res))
     return Decision(
-        replicas=floor_pending(ctx, res.replicas),
+        replicas=floor_pending(ctx, replicas),
         estimated_completion=_estimates(wl),
         debug={
             "requests": wl.n,
@@ -95,21 +175,50 @@ def ideal_policy(ctx: PlanContext) -> Decision:
     return _searched(ctx, from_oracle(ctx, ctx.oracle), timeout_aware=False)
 
 
+def batch_profile_workload(ctx: PlanContext, batches: list[ActiveBatch]) -> Workload:
+    """The whole estimated batches, as if none of it had happened yet: every profile request
+    at anchor + r_i with its full s_i (what a per-batch, zero-queuing plan is sized from)."""
+    names = [s.name for s in ctx.stages]
+    reward_type_of = {b.task: b.reward_type for b in ctx.batches}
+    parts = []
+    for b in batches:
+        prof = profile_arrays(ctx, b, reward_type_of)
+        work = prof.s.sum(axis=1) > 0
+        n = int(work.sum())
+        parts.append(
+            Workload(
+                stage_names=names,
+                arrival=b.anchor + prof.r[work],
+                service=prof.s[work],
+                first_stage=np.zeros(n, dtype=np.int64),
+                running=np.zeros(n, dtype=bool),
+                batch=np.zeros(n, dtype=np.int64),
+                batch_keys=[b.key],
+                batch_T=np.array([b.anchor + prof.earliest_completion()]),
+                timeout_suffix=np.zeros((1, len(names))),
+                now=ctx.now,
+            )
+        )
+    return concat(parts, names, ctx.now)
+
+
 def zq_dedicated_policy(ctx: PlanContext) -> Decision:
+    """ZQ-Dedicated (Sec. 6.1): each task gets its own pool, sized so that its batch, as
+    estimated from its history, never queues, i.e. the peak concurrency of the whole estimated
+    batch at each stage. The size depends only on the task's own active batches, not on when
+    the decision runs, so a task's pool is set when its batch arrives and held until the batch
+    completes, whatever other tasks do."""
     names = [s.name for s in ctx.stages]
     dedicated: dict[str, dict[str, int]] = {}
-    estimates: dict[tuple[str, str], float] = {}
     tasks = sorted({b.task for b in ctx.batches})
     for task in tasks:
-        wl = collect(ctx, [b for b in ctx.batches if b.task == task])
-        estimates.update(_estimates(wl))
-        peak = useful_concurrency(wl)
         mine = [b for b in ctx.batches if b.task == task]
+        peak = useful_concurrency(batch_profile_workload(ctx, mine))
         dedicated[task] = floor_pending(
             ctx, {n: min(p, ctx.max_replicas) for n, p in zip(names, peak, strict=True)}, mine
         )
     replicas = {n: sum(d[n] for d in dedicated.values()) for n in names}
-    return Decision(replicas=replicas, estimated_completion=estimates, dedicated=dedicated)
+    return Decision(replicas=replicas, estimated_completion=_estimates(collect(ctx)), dedicated=dedicated)
 
 
 def static_policy(ctx: PlanContext) -> Decision:

@@ -47,12 +47,19 @@ class SearchResult:
     deadlines: F64 = field(default_factory=lambda: np.zeros(0))
 
 
-def deadlines(wl: Workload, max_extra_delay_s: float) -> tuple[F64, list[int]]:
-    """T_b + D per batch, with T_b raised to the zero-queuing finish where that is later."""
+def deadlines(wl: Workload, max_extra_delay_s: float, margin_s: float = 0.0) -> tuple[F64, list[int]]:
+    """T_b + D per batch, with T_b raised to the zero-queuing finish where that is later.
+
+    ``margin_s`` pulls every deadline earlier by that much, but never before the zero-queuing
+    finish (which the upper-bound allocation always meets).
+    """
     zq = wl.batch_zero_queue_finish()
     base = np.maximum(wl.batch_T, zq)
     late = [int(i) for i in np.flatnonzero(zq > wl.batch_T + max_extra_delay_s + 1e-9)]
-    return base + max_extra_delay_s, late
+    dl = base + max_extra_delay_s
+    if margin_s > 0:
+        dl = np.maximum(dl - margin_s, zq)
+    return dl, late
 
 
 def useful_concurrency(wl: Workload) -> list[int]:
@@ -100,13 +107,21 @@ def search(
     timeout_aware: bool = True,
     max_replicas: int = 1000,
     warm_start: Mapping[str, int] | None = None,
-    wait_floor: bool = False,
+    timeout_check: str = "enqueue",
+    margin_s: float = 0.0,
+    within: Mapping[str, tuple[int, int]] | None = None,
 ) -> SearchResult:
-    """Fewest workers per stage, most expensive stage first (Alg. 1 lines 7-17)."""
+    """Fewest workers per stage, most expensive stage first (Alg. 1 lines 7-17).
+
+    ``margin_s`` > 0 searches against deadlines that much earlier (see ``deadlines``); the
+    policies use it to decide how far a scale-down may go (``policies.with_hysteresis``).
+    ``within`` limits a stage's bisection to [lo, hi]: the answer is then clipped to that range
+    (hi when nothing lower passes), at a fraction of the probes.
+    """
     names = [s.name for s in stages]
     assert names == wl.stage_names, "workload and stages must list the same stages in order"
-    dl, late = deadlines(wl, max_extra_delay_s)
-    sim = Simulator(wl, dl, policy, timeout_aware, wait_floor, max_extra_delay_s)
+    dl, late = deadlines(wl, max_extra_delay_s, margin_s)
+    sim = Simulator(wl, dl, policy, timeout_aware, timeout_check)
     raw = useful_concurrency(wl)
     ub = [min(u, max_replicas) for u in raw]
     capped = any(u > max_replicas for u in raw)
@@ -131,6 +146,10 @@ def search(
     for k in order:
         t0 = time.perf_counter()
         lo, hi = (max(1, min(lower[k], num[k])) if num[k] > 0 else 0), num[k]
+        if within is not None and names[k] in within:
+            w_lo, w_hi = within[names[k]]
+            hi = min(hi, w_hi)
+            lo = min(max(lo, w_lo), hi)
 
         def sat(n: int, k: int = k) -> bool:
             num[k] = n

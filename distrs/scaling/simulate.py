@@ -37,6 +37,7 @@ from distrs.core.priority import QueuePolicy
 from distrs.scaling.workload import F64, I64, Workload
 
 EPS = 1e-9
+TIMEOUT_CHECKS = ("enqueue", "start")
 
 
 @dataclass
@@ -148,15 +149,15 @@ class Simulator:
         deadlines: F64,
         policy: QueuePolicy = QueuePolicy.EBF,
         timeout_aware: bool = True,
-        wait_floor: bool = False,
-        max_extra_delay_s: float = 0.0,
+        timeout_check: str = "enqueue",
     ) -> None:
         self.wl = wl
         self.deadlines = np.asarray(deadlines, dtype=float)
         self.policy = policy
         self.timeout_aware = timeout_aware
-        self.wait_floor = wait_floor
-        self.max_extra_delay_s = max_extra_delay_s
+        if timeout_check not in TIMEOUT_CHECKS:
+            raise ValueError(f"timeout_check must be one of {TIMEOUT_CHECKS}, not {timeout_check!r}")
+        self.timeout_check = timeout_check
         self.runs = 0
         m = wl.num_stages
         req_dl = self.deadlines[wl.batch] if wl.n else np.zeros(0)
@@ -176,6 +177,8 @@ class Simulator:
         self._rest = [rest[:, k] for k in range(m)]  # Σ_{j>k} s_j per request
         self._cache: dict[tuple[int, ...], tuple[F64, SimResult | None]] = {}
         self._prep: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        self.record: dict[int, tuple[F64, F64]] | None = None
+        """When a dict, ``_stage`` stores each stage's busy intervals (begin, end) in it."""
 
     def visitors(self, k: int) -> int:
         return int(self._visit[k].shape[0])
@@ -190,16 +193,22 @@ class Simulator:
         arr = arr_all[order]
         svc = wl.service[idx, k]
         # Sec. 5.1: a request found queued at stage k at time ts fails the check when
-        # LT = ts + Σ_{j≥k} T_j > T_b + D; the last moment it is found queued is just before it
-        # starts, so a waiting request must start by T_b + D − Σ_{j≥k} T_j. And no request may
-        # finish stage k later than its deadline minus the run time it still needs downstream
-        # (the batch constraint of Eq. 5, checked early so failing probes stop early).
+        # LT = ts + Σ_{j≥k} T_j > T_b + D. The serve loops fail a request that waited and starts
+        # after its ``wait_limit``. "enqueue": ts is the moment it joins the queue (its arrival
+        # at the stage), so a request arriving after T_b + D − Σ_{j≥k} T_j must not wait at all
+        # (wait_limit = its arrival) and an earlier one may wait (wait_limit = inf). "start": ts
+        # is the last moment it is still queued, just before it starts, so a waiting request
+        # must start by T_b + D − Σ_{j≥k} T_j. And no request may finish stage k later than its
+        # deadline minus the run time it still needs downstream (the batch constraint of Eq. 5,
+        # checked early so failing probes stop early).
         dl = self._req_deadline[idx]
         if self.timeout_aware:
-            wait_limit = dl - wl.timeout_suffix[wl.batch[idx], k]
-            if self.wait_floor:
-                wait_limit = np.maximum(wait_limit, arr + self.max_extra_delay_s)
-            no_wait = (wait_limit + EPS).tolist()
+            latest = dl - wl.timeout_suffix[wl.batch[idx], k]
+            if self.timeout_check == "enqueue":
+                wait_limit = np.where(arr <= latest + EPS, np.inf, arr)
+            else:
+                wait_limit = latest + EPS
+            no_wait = wait_limit.tolist()
         else:
             no_wait = [np.inf] * idx.size
         limit = (dl - self._rest[k][idx] + EPS).tolist()
@@ -216,6 +225,8 @@ class Simulator:
         run, q = self._run[k], self._queue[k]
         if run.size:
             t[run] = t[run] + wl.service[run, k]
+        if self.record is not None:
+            self.record[k] = (np.full(run.size, wl.now), t[run].copy())
         if not q.size:
             return None
         if n_workers <= 0:
@@ -243,6 +254,9 @@ class Simulator:
             return SimResult(False, "infeasible", wl.stage_names[k])
         start = np.asarray(out)
         t[idx] = start + svc
+        if self.record is not None:
+            b0, e0 = self.record[k]
+            self.record[k] = (np.concatenate([b0, start]), np.concatenate([e0, t[idx]]))
         return None
 
     def run(self, replicas: Sequence[int]) -> SimResult:
@@ -278,12 +292,37 @@ class Simulator:
         return SimResult(ok, "ok" if ok else "deadline", None, finish, t)
 
 
+def busy_peaks(wl: Workload, replicas: Sequence[int], until: float, policy: QueuePolicy) -> list[int]:
+    """Per stage, the most workers busy at once before ``until`` when ``replicas`` serve ``wl``.
+
+    The schedule is SIMULATE's, without the checks (nothing stops it early). A plan that needs
+    N_k workers from ``now`` on needs only this many of them before ``until``.
+    """
+    sim = Simulator(wl, np.full(len(wl.batch_keys), np.inf), policy, timeout_aware=False)
+    sim.record = {}
+    sim.run(replicas)
+    out = []
+    for k in range(wl.num_stages):
+        begin, end = sim.record.get(k, (np.zeros(0), np.zeros(0)))
+        keep = begin < until
+        if not keep.any():
+            out.append(0)
+            continue
+        b, e = begin[keep], np.minimum(end[keep], until)
+        times = np.concatenate([b, e])
+        delta = np.concatenate([np.ones(b.size), -np.ones(e.size)])
+        order = np.lexsort((delta, times))  # at equal times, departures first
+        out.append(int(np.cumsum(delta[order]).max()))
+    return out
+
+
 def simulate(
     wl: Workload,
     replicas: Sequence[int],
     deadlines: F64,
     policy: QueuePolicy = QueuePolicy.EBF,
     timeout_aware: bool = True,
+    timeout_check: str = "enqueue",
 ) -> SimResult:
     """One-shot SIMULATE (see ``Simulator``)."""
-    return Simulator(wl, deadlines, policy, timeout_aware).run(replicas)
+    return Simulator(wl, deadlines, policy, timeout_aware, timeout_check).run(replicas)

@@ -9,7 +9,9 @@ A discrete-event model of the reward service of DistRS Sec. 4 with the planner i
 * **Decisions** (``distrs.scaling.policies.plan``) run at every rollout-start hint, first arrival
   and completion of a batch (Sec. 5.2, "whenever a batch arrives or completes"; hints, Sec. 4),
   and every ``replan_interval_s`` while a batch is active (the live planner's periodic re-plan;
-  Alg. 2's Queuing_k/Running_k sets are what make a mid-batch decision meaningful),
+  Alg. 2's Queuing_k/Running_k sets are what make a mid-batch decision meaningful; a re-plan
+  may remove workers too, within the policy's scale-down hysteresis, whose margin defaults to
+  ``cold_start_s``),
   from a ``PlanContext`` built the way the live planner builds it: active batches with their
   queued counts and running requests' elapsed times, and the task's finished-batch profiles.
 * **Workers**: a scale-up starts workers that become usable after ``cold_start_s``; because the
@@ -54,9 +56,11 @@ class ClusterParams:
     max_replicas: int = 100_000
     queue_policy: QueuePolicy = QueuePolicy.EBF
     decide_on_first_arrival: bool = True
-    replan_interval_s: float | None = None
-    """Also re-plan every this many seconds while batches are active (None: only at batch events).
-    A periodic re-plan may only add workers; removals wait for the next batch event."""
+    replan_interval_s: float | None = 15.0
+    """Also re-plan every this many seconds while batches are active, as the live planner does
+    (``interval_s``); None or 0: only at batch events (the paper's Sec. 5.2 trigger set)."""
+    replan_scale_down: bool = True
+    """Whether a periodic re-plan may also remove workers (the live planner's does)."""
     history_window: int = 2
     oracle_priority: bool = False
     """Rank EBF queues by each batch's true T instead of the policy's estimate (EBF experiment)."""
@@ -328,6 +332,10 @@ class _Replay:
         opts = self.p.options
         if self.last_replicas is not None and self.p.policy in ("distrs", "history", "ideal"):
             opts = replace(opts, warm_start=self.last_replicas)
+        if opts.scale_down_margin_s is None:
+            opts = replace(opts, scale_down_margin_s=self.p.cold_start_s)
+        if opts.scale_up_lookahead_s is None and self.p.replan_interval_s:
+            opts = replace(opts, scale_up_lookahead_s=self.p.replan_interval_s + self.p.cold_start_s)
         return PlanContext(
             now=t,
             stages=self.stages,
@@ -461,6 +469,9 @@ class _Replay:
         pools_by_id: dict[int, _Pool] = {}
         while self.events:
             t, kind, _, a, c = heapq.heappop(self.events)
+            if kind == _TICK and not self.active:
+                self.tick_pending = False  # a stale re-plan tick: nothing to do, time stands
+                continue
             self.now = t
             if kind == _DONE:
                 self._done(a, c, t)
@@ -471,7 +482,7 @@ class _Replay:
             elif kind == _TICK:
                 self.tick_pending = False
                 if self.active:
-                    self._decide(t, scale_up_only=True)
+                    self._decide(t, scale_up_only=not self.p.replan_scale_down)
                     self._schedule_tick(t)
             else:  # _READY
                 if not pools_by_id or c not in pools_by_id:

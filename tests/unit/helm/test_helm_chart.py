@@ -267,6 +267,30 @@ def test_planner_ha_turns_on_leader_election(rendered: dict[str, Any]) -> None:
     assert env["DISTRS_DEPLOYMENT_PREFIX"] == f"{F}-worker-"
 
 
+def test_planner_gets_the_worker_start_time_as_margin_and_lookahead(
+    chart: Any, rendered: dict[str, Any]
+) -> None:
+    from distrs.config import PlannerSettings
+
+    env = env_of(
+        one(rendered["defaults"], "Deployment", f"{F}-planner")["spec"]["template"]["spec"]["containers"][0]
+    )
+    settings = PlannerSettings(
+        **{
+            k[len("DISTRS_") :].lower(): v
+            for k, v in env.items()
+            if k.startswith("DISTRS_") and isinstance(v, str)
+        }
+    )
+    assert settings.scale_down_margin_s == 30.0
+    assert settings.scale_up_lookahead_s == 35.0  # one re-plan period (5 s) + the start time
+    off = render({"planner": {"workerStartSeconds": 0}}, chart=chart)
+    env = env_of(one(off, "Deployment", f"{F}-planner")["spec"]["template"]["spec"]["containers"][0])
+    assert (
+        float(env["DISTRS_SCALE_DOWN_MARGIN_S"]) == 0.0 and float(env["DISTRS_SCALE_UP_LOOKAHEAD_S"]) == 0.0
+    )
+
+
 def test_tokens_secret_and_pipelines_override(rendered: dict[str, Any]) -> None:
     import base64
 

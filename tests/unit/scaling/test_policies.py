@@ -115,3 +115,66 @@ def test_floor_keeps_one_worker_for_batches_still_arriving():
 
 def test_every_registered_policy_has_a_name_the_cli_accepts():
     assert set(POLICIES) == {"distrs", "history", "zq-dedicated", "ideal", "static"}
+
+
+def test_zq_dedicated_holds_a_task_pool_for_its_whole_batch():
+    # the pool is the peak of the whole estimated batch: the same mid-batch, after half of the
+    # requests arrived and some are queued, as at the batch's start
+    start = plan(_ctx("zq-dedicated"))
+    later_batches = [
+        ActiveBatch("a", "1", "cuda", 200, anchor=1000.0, submitted=120, queued={"compile": 30}),
+        ActiveBatch("b", "1", "cuda", 200, anchor=1050.0, submitted=60),
+    ]
+    later = plan(_ctx("zq-dedicated", now=1120.0, batches=later_batches))
+    assert later.dedicated == start.dedicated
+    # ... and a task without an active batch has no pool
+    only_b = plan(_ctx("zq-dedicated", batches=later_batches[1:]))
+    assert only_b.dedicated is not None and set(only_b.dedicated) == {"b"}
+
+
+def test_scale_down_hysteresis_keeps_slack_but_never_holds_back_a_scale_up():
+    tight = plan(_ctx("distrs")).replicas
+    big = {k: v * 3 for k, v in tight.items()}
+    # from a large allocation, no margin: straight down to the tight answer
+    assert plan(_ctx("distrs", options=PolicyOptions(warm_start=big))).replicas == tight
+    # with a margin: down, but not below the tight answer, and not above where it was
+    held = plan(_ctx("distrs", options=PolicyOptions(warm_start=big, scale_down_margin_s=60.0))).replicas
+    assert all(tight[k] <= held[k] <= big[k] for k in tight)
+    assert any(held[k] > tight[k] for k in tight)
+    # from a small allocation the answer goes up to the tight one whatever the margin
+    small = {k: 1 for k in tight}
+    up = plan(_ctx("distrs", options=PolicyOptions(warm_start=small, scale_down_margin_s=60.0))).replicas
+    assert up == tight
+
+
+def test_scale_up_lookahead_starts_only_the_workers_needed_soon():
+    full = plan(_ctx("distrs")).replicas
+    # at the hint (now = 1000), batch a's first request comes at >= 1030: with a 20 s window
+    # no compile or execute worker is needed yet beyond the floor of one per stage
+    soon = plan(_ctx("distrs", options=PolicyOptions(scale_up_lookahead_s=20.0))).replicas
+    assert soon == {"compile": 1, "execute": 1}
+    # a window past the last request changes nothing
+    assert plan(_ctx("distrs", options=PolicyOptions(scale_up_lookahead_s=1e6))).replicas == full
+    # a wider window needs more compile workers than a narrow one, never more than the plan
+    mid = plan(_ctx("distrs", options=PolicyOptions(scale_up_lookahead_s=100.0))).replicas
+    assert 1 < mid["compile"] <= full["compile"]
+    # workers already there are never taken away by the window (scale-downs are untouched)
+    have = {k: v + 5 for k, v in full.items()}
+    kept = plan(_ctx("distrs", options=PolicyOptions(warm_start=have, scale_up_lookahead_s=20.0)))
+    assert kept.replicas == full
+
+
+def test_a_scale_down_never_retires_busy_workers():
+    # 100 compile requests running and 10 queued (110 busy workers' worth): the pool shrinks
+    # toward the plan only by the workers idle now, and never grows past where it was
+    busy = [
+        ActiveBatch(
+            "a", "1", "cuda", 200, anchor=1000.0, submitted=200, running_elapsed={"compile": [5.0] * 100}
+        ),
+        ActiveBatch("b", "1", "cuda", 200, anchor=1050.0, submitted=200, queued={"compile": 10}),
+    ]
+    tight = plan(_ctx("distrs", now=1100.0, batches=busy)).replicas["compile"]
+    assert tight < 110
+    for have, expected in ((300, 110), (105, 105), (tight, tight)):
+        opts = PolicyOptions(warm_start={"compile": have, "execute": 0})
+        assert plan(_ctx("distrs", now=1100.0, batches=busy, options=opts)).replicas["compile"] == expected

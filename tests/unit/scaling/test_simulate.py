@@ -102,3 +102,35 @@ def test_queued_request_starts_at_its_stage():
     wl = workload(st, [10], [[0, 3]], first_stage=[1], batch_T=[100])
     res = simulate(wl, [0, 1], np.array([100.0]), FCFS)
     assert res.completion.tolist() == [13.0]
+
+
+@pytest.mark.parametrize(("check", "ok"), [("enqueue", True), ("start", False)])
+def test_when_the_timeout_rule_reads_ts(check, ok):
+    # T = 150, D = 0, timeout 100: a request may be found queued only while ts + 100 <= 150.
+    # The second request joins the queue at 40 (40 + 100 <= 150: fine when checked on joining)
+    # but starts at 60 after waiting (60 + 100 > 150: fails when checked just before starting).
+    wl = workload(ONE, [0, 40, 149], [[60], [1], [1]])
+    assert wl.batch_T[0] == pytest.approx(150.0)
+    res = simulate(wl, [1], wl.batch_T + 0.0, FCFS, timeout_aware=True, timeout_check=check)
+    assert res.satisfied is ok
+
+
+def test_unknown_timeout_check_is_refused():
+    wl = workload(ONE, [0], [[1]])
+    with pytest.raises(ValueError, match="timeout_check"):
+        simulate(wl, [1], wl.batch_T, FCFS, timeout_check="later")
+
+
+def test_busy_peaks_counts_only_work_before_the_horizon():
+    from distrs.scaling.simulate import busy_peaks
+
+    # three requests at 0, 10 and 50, 20 s each, three workers: 2 busy at once before t=30,
+    # only 1 before t=5, and all three never overlap (the first ends at 20, the third starts at 50)
+    wl = workload(ONE, [0, 10, 50], [[20], [20], [20]])
+    assert busy_peaks(wl, [3], 5.0, FCFS) == [1]
+    assert busy_peaks(wl, [3], 30.0, FCFS) == [2]
+    assert busy_peaks(wl, [3], 1e9, FCFS) == [2]
+    # one worker: never more than one busy whatever the horizon
+    assert busy_peaks(wl, [1], 1e9, FCFS) == [1]
+    # nothing before the horizon
+    assert busy_peaks(workload(ONE, [100], [[1]]), [2], 50.0, FCFS) == [0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -102,12 +103,18 @@ def test_invariants_for_every_policy_on_a_generated_trace():
     assert set(s["extra_delay_s"]) == {"mean", "p50", "p99", "max"}
 
 
-def test_replan_interval_only_adds_workers_between_batch_events():
+def test_periodic_replans_may_remove_workers_mid_batch():
     tr = generate(GeneratorParams(tasks=1, iterations=2, batch=256, seed=3))
-    base = replay(tr, ClusterParams(policy="distrs"))
-    more = replay(tr, ClusterParams(policy="distrs", replan_interval_s=20.0))
-    assert len(more.decisions) > len(base.decisions)
-    assert all(b.extra_delay >= 0 for b in more.batches)
+    events_only = replay(tr, ClusterParams(policy="distrs", replan_interval_s=None))
+    both = replay(tr, ClusterParams(policy="distrs", replan_interval_s=20.0))
+    up_only = replay(tr, ClusterParams(policy="distrs", replan_interval_s=20.0, replan_scale_down=False))
+    assert len(both.decisions) > len(events_only.decisions)
+    for r in (events_only, both, up_only):
+        assert len(r.batches) == 2 and all(b.extra_delay >= 0 for b in r.batches)
+    # a re-plan that may also shrink the pool trims the tail of each batch
+    assert both.worker_seconds["compile"] < up_only.worker_seconds["compile"]
+    counts = [rep["compile"] for _, rep in both.decisions]
+    assert any(0 < b < a for a, b in itertools.pairwise(counts))
 
 
 SHARED = Path(__file__).resolve().parents[4] / "shared" / "traces" / "cuda-colocated.csv.gz"
