@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -96,7 +97,7 @@ def main() -> None:
         if args.quick:
             trace = trace.select(trace.iteration < 10)
         t0 = time.perf_counter()
-        results = compare_policies(trace, policies, params)
+        results = compare_policies(trace, policies, params, jobs=os.cpu_count() or 1)
         wall = time.perf_counter() - t0
         all_results[name] = results
         rat = ratios(results)

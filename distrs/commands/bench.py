@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -76,8 +77,14 @@ def scaling(
     cold_start: Annotated[float, typer.Option(help="Seconds before a new worker can take work.")] = 15.0,
     iterations: Annotated[int | None, typer.Option(help="Only the first N iterations of each task.")] = None,
     static_replicas: Annotated[int, typer.Option(help="Workers per stage for the static policy.")] = 16,
+    jobs: Annotated[
+        int, typer.Option(min=1, help="Replay this many policies at once (processes; default: CPU count).")
+    ] = max(1, os.cpu_count() or 1),
     replan_interval: Annotated[
-        float, typer.Option(help="Also re-plan every S seconds while batches are active (0 = only at batch events).")
+        float,
+        typer.Option(
+            help="Also re-plan every S seconds while batches are active (0 = only at batch events)."
+        ),
     ] = 15.0,
 ) -> None:
     """Replay a trace under each policy; worker-seconds, busy-seconds and extra delay."""
@@ -100,7 +107,7 @@ def scaling(
         replan_interval_s=replan_interval or None,
         options=PolicyOptions(static_replicas=static_replicas),
     )
-    results = compare_policies(tr, names, params)
+    results = compare_policies(tr, names, params, jobs=jobs)
     md = scaling_markdown(f"{trace}: {tr.n} requests", results, ratios(results))
     typer.echo(md)
     _write_json(json_out, scaling_json(results))

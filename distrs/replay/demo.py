@@ -54,7 +54,12 @@ async def run_compressed(
     with tempfile.TemporaryDirectory(prefix="distrs-demo-") as tmp:
         cfg = Path(tmp) / "pipelines.yaml"
         cfg.write_text(yaml.safe_dump(compressed_pipelines(meta, speedup)))
-        overrides = {"default_batch_span_s": 900.0 / speedup, **planner_overrides}
+        # times the planner reasons in are compressed like the trace (15 s margin in trace time)
+        overrides = {
+            "default_batch_span_s": 900.0 / speedup,
+            "scale_down_margin_s": 15.0 / speedup,
+            **planner_overrides,
+        }
         async with serve(
             port=0,
             insecure=True,

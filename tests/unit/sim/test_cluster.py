@@ -130,3 +130,13 @@ def test_slice_of_the_shared_colocated_trace_end_to_end():
     d, z, i = res["distrs"], res["zq-dedicated"], res["ideal"]
     assert z.worker_seconds["execute"] > d.worker_seconds["execute"] > 0.9 * i.worker_seconds["execute"]
     assert d.summary()["extra_delay_s"]["mean"] < 60.0
+
+
+def test_policies_replayed_in_parallel_give_the_same_results():
+    tr = generate(GeneratorParams(tasks=2, iterations=2, batch=64, seed=5))
+    one = compare_policies(tr, ["distrs", "zq-dedicated", "ideal"], ClusterParams(), jobs=1)
+    two = compare_policies(tr, ["distrs", "zq-dedicated", "ideal"], ClusterParams(), jobs=2)
+    assert list(two) == list(one)
+    for name in one:
+        assert two[name].worker_seconds == one[name].worker_seconds
+        assert [b.completion for b in two[name].batches] == [b.completion for b in one[name].batches]
