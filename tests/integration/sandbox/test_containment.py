@@ -275,6 +275,10 @@ def test_rlimits_fallback_kills_daemons_as_root(tmp_path: Path) -> None:
     assert_no_survivors(marker)
 
 
+def _program_runs(marker: str) -> bool:
+    return any(cmd.startswith(f"sleep {marker}") for _, cmd in sandbox_processes(marker))
+
+
 def test_worker_killed_mid_run_leaves_nothing(tmp_path: Path) -> None:
     """A worker process SIGKILLed while its program runs takes the whole jail with it."""
     marker = f"{uuid.uuid4().int % 10**6 + 1000}.125"
@@ -295,10 +299,12 @@ def test_worker_killed_mid_run_leaves_nothing(tmp_path: Path) -> None:
     worker = subprocess.Popen([sys.executable, "-c", script], cwd=root, stdout=subprocess.PIPE)
     try:
         assert worker.stdout is not None and worker.stdout.readline().strip() == b"started"
+        # wait for the jailed program itself, not just bwrap (whose command line has the marker
+        # too): the worker is to die while its program runs
         deadline = time.monotonic() + 10
-        while not sandbox_processes(marker) and time.monotonic() < deadline:
+        while not _program_runs(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert sandbox_processes(marker), "the jailed sleeper never started"
+        assert _program_runs(marker), "the jailed sleeper never started"
         worker.kill()
         worker.wait(10)
         assert_no_survivors(marker)
