@@ -11,7 +11,10 @@ Follows HetRL §3.4 and Algorithm 1:
   dropped after each round (``BestHalf``); each Level-1 round keeps the best half of the GPU
   groupings of every surviving task grouping;
 * each plan generation is one step of an evolutionary algorithm over Level-3 assignments
-  (lines 21-22): random initial individuals, then an offspring by mutation — with probability
+  (lines 21-22): initial individuals seeded from node-aligned blocks (nodes and groups each
+  taken in several orders, ``ArmEA._initial_blocks``; the group orders at an arm's first
+  generation, the node orders one per generation after it, so seeding is paid for out of the
+  arm's own budget) plus random ones, then an offspring by mutation — with probability
   ``p_upgrade`` the paper's mutation (replace a GPU of a training-task group with a
   higher-TFLOPS GPU from a group without training tasks), else a random cross-group swap —
   improved by swap-based local search on a locality score (same node/zone/region pairs); the
@@ -19,7 +22,9 @@ Follows HetRL §3.4 and Algorithm 1:
   worst individual when it is better. Levels 4-5 come from ``space.GroupBuilder``.
 
 The budget B is wall-clock seconds (§3.4); it is converted into a number of plan generations
-from the measured cost of one generation, as Algorithm 1 counts budget in generations. Each arm
+from the measured cost of one generation, as Algorithm 1 counts budget in generations, and
+re-measured at each Level-1 round (what is left, split over the rounds left), since the first
+generations are cache misses and overstate the cost. Each arm
 gets at least one generation per round, the search stops at the deadline whatever the round,
 and any time left after the last round goes to the best arm's EA.
 """
@@ -39,6 +44,8 @@ from distrs.placement.plan import ACTOR_TRAIN, CRITIC_TRAIN, Plan
 from distrs.placement.space import GroupBuilder, gpu_groupings, locality_order, task_groupings
 
 TRAIN_TASKS = (ACTOR_TRAIN, CRITIC_TRAIN)
+
+Genotype = list[list[int]]  # Level 3: the GPUs of each group
 
 
 @dataclass
@@ -130,6 +137,7 @@ class ArmEA:
         self.pop_size = population
         self.p_upgrade = p_upgrade
         self.population: list[tuple[float, list[list[int]]]] = []
+        self.seeds: list[Genotype] | None = None  # structured genotypes not yet evaluated
         self.best_cost = INF
         self.best_plan: Plan | None = None
         self.best_eval: Evaluation | None = None
@@ -172,50 +180,95 @@ class ArmEA:
             self.best_cost, self.best_plan, self.best_eval = ev.total, plan, ev
         return ev.total if ev.feasible else INF
 
-    def _initial_blocks(self) -> list[list[list[int]]]:
-        """Contiguous blocks of the locality order, handed to the groups in up to
-        ``pop_size - 2`` different orders (all orders when there are few groups)."""
+    def _initial_blocks(self) -> tuple[list[Genotype], list[Genotype]]:
+        """Structured initial individuals: the nodes (each a contiguous run of the locality
+        order) are put in some order and the groups, in some order, take consecutive blocks of
+        that sequence. Returns the group-order seeds (locality order, groups permuted; identity
+        first) and the node-order seeds (nodes and groups permuted), distinct by the
+        GPUs-per-node signature, at most ``2 · pop_size`` in all. Node orders matter on
+        heterogeneous clusters: with nodes A, B, C a two-group plan {A, C} + {B} is reachable
+        only from the order A C B, and random swaps seldom move a whole node."""
         order = locality_order(self.cm, self.devices)
-        perms = list(itertools.islice(itertools.permutations(range(len(self.sizes))), 720))
-        self.rng.shuffle(perms)
-        perms = [tuple(range(len(self.sizes))), *[p for p in perms if list(p) != sorted(p)]][
-            : max(1, self.pop_size - 2)
-        ]
-        out = []
-        for perm in perms:
-            blocks: list[list[int]] = [[] for _ in self.sizes]
+        runs: list[list[int]] = []
+        for d in order:
+            if runs and self.cm.node[runs[-1][-1]] == self.cm.node[d]:
+                runs[-1].append(d)
+            else:
+                runs.append([d])
+        k = len(self.sizes)
+        group_perms = list(itertools.islice(itertools.permutations(range(k)), 720))
+        node_perms = list(itertools.islice(itertools.permutations(range(len(runs))), 720))
+        self.rng.shuffle(group_perms)
+        self.rng.shuffle(node_perms)
+        identity_g, identity_n = tuple(range(k)), tuple(range(len(runs)))
+        pairs = [(identity_n, identity_g)]
+        pairs += [(identity_n, g) for g in group_perms if g != identity_g]
+        pairs += [(n, g) for n in node_perms if n != identity_n for g in group_perms[:4]]
+        group_order: list[Genotype] = []
+        node_order: list[Genotype] = []
+        seen: set[tuple[tuple[tuple[int, int], ...], ...]] = set()
+        for node_perm, group_perm in pairs:
+            seq = [d for r in node_perm for d in runs[r]]
+            blocks: Genotype = [[] for _ in self.sizes]
             pos = 0
-            for gi in perm:
-                blocks[gi] = list(order[pos : pos + self.sizes[gi]])
+            for gi in group_perm:
+                blocks[gi] = seq[pos : pos + self.sizes[gi]]
                 pos += self.sizes[gi]
-            out.append(blocks)
-        return out
+            sig = tuple(tuple(sorted(Counter(self.cm.node[d] for d in b).items())) for b in blocks)
+            if sig not in seen:
+                seen.add(sig)
+                (group_order if node_perm == identity_n else node_order).append(blocks)
+            if len(group_order) + len(node_order) >= 2 * self.pop_size:
+                break
+        return group_order, node_order
+
+    def _admit(self, cost: float, genotype: Genotype, slots: int) -> None:
+        """Add an individual while fewer than ``slots`` are held, else replace the worst one
+        if the newcomer is better."""
+        if len(self.population) < slots:
+            self.population.append((cost, genotype))
+            return
+        worst = max(range(len(self.population)), key=lambda k: self.population[k][0])
+        if cost < self.population[worst][0]:
+            self.population[worst] = (cost, genotype)
 
     def step(self) -> int:
-        """One call of the EA (Algorithm 1 line 22); returns the number of plans generated.
+        """One call of the EA (Algorithm 1 line 22); returns the number of plans generated
+        (0 when the arm has a single point).
 
-        The first call creates the structured part of the initial population at once, so an
-        arm's first loss is the best over its group orders rather than one arbitrary order.
+        The first call evaluates the group-order seeds at once (at most ``pop_size - 2``), so
+        an arm's first loss is the best over its group orders rather than one arbitrary order.
+        The node-order seeds cost as many evaluations again per arm, more than the budget
+        affords for the hundreds of 64-GPU arms in the first round, so they are evaluated
+        lazily, one per later call, like any other plan generation: survivors of successive
+        halving get them, and on ≤ 24 GPUs every arm does. Seeds compete for the
+        ``pop_size - 2`` structured slots; random individuals fill the rest, then offspring
+        are bred.
         """
-        if not self.population:
-            for genotype in self._initial_blocks():
-                self.population.append((self._evaluate(genotype), genotype))
-            return len(self.population)
-        if len(self.population) < self.pop_size and len(self.grouping) > 1:
+        seed_slots = max(1, self.pop_size - 2)
+        if self.seeds is None:
+            group_order, node_order = self._initial_blocks()
+            eager = group_order[:seed_slots]
+            self.seeds = (group_order[seed_slots:] + node_order)[::-1]  # popped from the end
+            for genotype in eager:
+                self._admit(self._evaluate(genotype), genotype, seed_slots)
+            return len(eager)
+        if self.seeds:
+            genotype = self.seeds.pop()
+            self._admit(self._evaluate(genotype), genotype, seed_slots)
+            return 1
+        if len(self.grouping) == 1:
+            return 0  # one group holding every GPU: Levels 2-3 have a single point
+        if len(self.population) < self.pop_size:
             order = self.devices[:]
             self.rng.shuffle(order)
             genotype = self._split(order)
             self.population.append((self._evaluate(genotype), genotype))
             return 1
-        if len(self.grouping) == 1:
-            return 0  # one group holding every GPU: Levels 2-3 have a single point
         i, j = self.rng.sample(range(len(self.population)), 2) if len(self.population) > 1 else (0, 0)
         parent = min(self.population[i], self.population[j], key=lambda x: x[0])[1]
         child = self._mutate(parent)
-        cost = self._evaluate(child)
-        worst = max(range(len(self.population)), key=lambda k: self.population[k][0])
-        if cost < self.population[worst][0]:
-            self.population[worst] = (cost, child)
+        self._admit(self._evaluate(child), child, self.pop_size)
         return 1
 
 
@@ -235,6 +288,13 @@ def _misalignment(sizes: Sequence[int], bounds: Sequence[int]) -> int:
         pos += s
         total += min(abs(pos - b) for b in bounds)
     return total
+
+
+def _generations_left(since: float, deadline: float, generations: int) -> int:
+    """Plan generations that fit before ``deadline`` at the mean cost measured since ``since``."""
+    now = time.perf_counter()
+    per_gen = max(1e-4, (now - since) / max(1, generations))
+    return max(1, int((deadline - now) / per_gen))
 
 
 def _clog2(x: int) -> int:
@@ -290,13 +350,10 @@ def schedule(
 
     # Calibrate the cost of one generation to turn seconds into a generation count.
     probe_t = time.perf_counter()
-    probes = 0
     for ti in range(min(3, len(tgs))):
         if ggs[ti]:
-            arm(ti, ggs[ti][0]).step()
-            probes += 1
-    per_gen = max(1e-4, (time.perf_counter() - probe_t) / max(1, probes))
-    big_b = max(1, int((deadline - time.perf_counter()) / per_gen))
+            stats.generations += arm(ti, ggs[ti][0]).step()
+    big_b = _generations_left(probe_t, deadline, stats.generations)
     best: ArmEA | None = None
 
     def record() -> None:
@@ -321,9 +378,13 @@ def schedule(
             ggs[ti] = ranked[:half] + rng.sample(ranked[half:], per_tg - half)
     stats.arms_level2 = sum(len(ggs[ti]) for ti in tg_alive)
     out_of_time = False
-    for _m in range(log_tg):  # line 14
+    for m in range(log_tg):  # line 14
         stats.rounds += 1
-        b_m = max(1, big_b // (len(tg_alive) * log_tg))  # line 16
+        # line 16, b_m = ⌊B / (|TG_m|·⌈log2 |TG|⌉)⌋, with B re-measured each round as what is
+        # left split over the rounds left (equal to B / ⌈log2 |TG|⌉ per round when the first
+        # measurement is exact; early probes are slow cache misses, so it is not)
+        b_left = _generations_left(probe_t, deadline, stats.generations)
+        b_m = max(1, b_left // (len(tg_alive) * (log_tg - m)))
         for ti in tg_alive:  # line 15
             gg_alive = list(ggs[ti])  # line 17
             log_gg = _clog2(len(ggs[ti]))
