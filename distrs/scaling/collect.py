@@ -17,8 +17,9 @@ For each active batch of every task (multi-tenant, Sec. 5.2), from the profile c
   end there, as requests that long usually do (Sec. 3.1).
 
 Requests that reach no stage (e.g. generation failed) need no worker and are left out of the
-workload; they still count in T_b. The batch's T_b is Eq. 1-2 over the profile, shifted to the
-anchor. Sampling uses a generator seeded from (options.seed, task, batch, now), so a decision is
+workload; they still count in T_b. The batch's T_b is Eq. 1-2, shifted to the anchor, over the
+earliest of the task's last few profiles (``estimated_T``; the paper uses the previous batch's,
+whose T is an outlier-prone maximum). Sampling uses a generator seeded from (options.seed, task, batch, now), so a decision is
 reproducible.
 """
 
@@ -61,6 +62,24 @@ def profile_arrays(ctx: PlanContext, batch: ActiveBatch, reward_type_of: Mapping
             ctx.options,
         )
     return _resize(to_arrays(profile, names, source), batch.size)
+
+
+def estimated_T(ctx: PlanContext, batch: ActiveBatch, prof: ProfileArrays) -> float:
+    """T_b relative to the anchor: the earliest T (Eq. 1-2) of the task's last
+    ``options.t_estimate_batches`` finished batches, or the chosen profile's T.
+
+    T is the maximum over a batch's requests of r_i + Σ_j s_ij, set by one or two late,
+    long-running requests, so it jumps by tens of seconds between adjacent batches while the
+    arrival curve and the stage times barely move. A plan aimed at an overestimate of T lets the
+    tail queue and finishes late against the real T; aimed at the earliest recent T it keeps the
+    tail moving, and a request that really runs later is covered by its own deadline
+    (``search.request_floors``).
+    """
+    own = list(ctx.histories.get(batch.task) or ())[-max(ctx.options.t_estimate_batches, 1) :]
+    if prof.source != "own" or not own:
+        return prof.earliest_completion()
+    names = [s.name for s in ctx.stages]
+    return min(to_arrays(p, names, "own").earliest_completion() for p in own)
 
 
 def collect_batch(ctx: PlanContext, batch: ActiveBatch, prof: ProfileArrays) -> Workload:
@@ -144,7 +163,7 @@ def collect_batch(ctx: PlanContext, batch: ActiveBatch, prof: ProfileArrays) -> 
         running=np.concatenate(runnings),
         batch=np.zeros(arrival.size, dtype=np.int64),
         batch_keys=[batch.key],
-        batch_T=np.array([batch.anchor + prof.earliest_completion()]),
+        batch_T=np.array([batch.anchor + estimated_T(ctx, batch, prof)]),
         timeout_suffix=timeout_suffix(
             names, [s.timeout_s for s in ctx.stages], ctx.stages_of(batch.reward_type)
         )[None, :],

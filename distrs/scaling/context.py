@@ -55,6 +55,9 @@ class PolicyOptions:
     default_first_s: float = 30.0
     default_stage_fraction: float = 0.25
     """... each running ``fraction × T_j`` at every stage of its type (see ``fallback.py``)."""
+    t_estimate_batches: int = 5
+    """T_b (the deadline base and EBF priority) is the earliest T, relative to its anchor, of the
+    task's last this many finished batches (1 = the previous batch only, as in Alg. 2)."""
     seed: int = 0
     """Mixed into the sampling of Queuing_k / Running_k requests (Alg. 2 lines 14, 18)."""
     timeout_check: Literal["enqueue", "start"] = "enqueue"

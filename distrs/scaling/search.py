@@ -7,12 +7,13 @@ Differences from the paper's pseudocode, and why:
   that stage at once if nothing ever waited anywhere (a sweep over zero-queuing intervals). More
   workers than that can never be busy, so the answer is the same whenever the constraint can be
   met, and it costs fewer probes. A stage no request will visit gets 0 workers.
-* **Late batches.** If a batch cannot meet T_b + D even with zero queuing (it is already late, or
-  a sampled request runs past the estimate), its deadline becomes its zero-queuing finish + D:
-  the search then returns the fewest workers that add no more than D to the unavoidable delay,
-  instead of concluding "unsatisfiable" and allocating everything. Such batches are reported in
-  ``SearchResult.late``.
-* **Unsatisfiable case.** With the deadlines above, the all-upper-bound allocation always
+* **Late requests.** A request that cannot meet T_b + D even with zero queuing (it is already
+  running long, or an estimated request ends after the batch's estimated T) may finish by its
+  own zero-queuing finish + D (``request_floors``); the rest of its batch keeps T_b + D. The
+  search then returns the fewest workers that add no more than D to what is unavoidable,
+  instead of concluding "unsatisfiable" and allocating everything. Batches with such requests
+  are reported in ``SearchResult.late``.
+* **Unsatisfiable case.** With those deadlines the all-upper-bound allocation always
   satisfies the check, so the constraint is unsatisfiable only when ``max_replicas`` caps a stage
   below its useful concurrency and the capped allocation fails. Then the search returns the
   capped upper bounds (never more than ``max_replicas``, never more than useful) and
@@ -48,18 +49,24 @@ class SearchResult:
 
 
 def deadlines(wl: Workload, max_extra_delay_s: float, margin_s: float = 0.0) -> tuple[F64, list[int]]:
-    """T_b + D per batch, with T_b raised to the zero-queuing finish where that is later.
-
-    ``margin_s`` pulls every deadline earlier by that much, but never before the zero-queuing
-    finish (which the upper-bound allocation always meets).
-    """
+    """T_b + D − margin per batch, and the batches some request of which cannot meet T_b + D
+    even with zero queuing (their requests get ``request_floors`` instead)."""
     zq = wl.batch_zero_queue_finish()
-    base = np.maximum(wl.batch_T, zq)
     late = [int(i) for i in np.flatnonzero(zq > wl.batch_T + max_extra_delay_s + 1e-9)]
-    dl = base + max_extra_delay_s
-    if margin_s > 0:
-        dl = np.maximum(dl - margin_s, zq)
-    return dl, late
+    return wl.batch_T + max_extra_delay_s - margin_s, late
+
+
+def request_floors(wl: Workload, max_extra_delay_s: float, margin_s: float = 0.0) -> F64:
+    """Per request, the latest finish allowed whatever T_b says: its zero-queuing finish plus
+    D − margin (never below the zero-queuing finish itself).
+
+    A request estimated to finish after T_b + D even if it never waits (already running long,
+    or a profile request later than the batch's estimated T) may then still not wait more than
+    D; the rest of its batch keeps T_b + D. Without this, one such request would make every
+    allocation fail; with a batch-wide relaxation instead (deadline = the batch's zero-queuing
+    finish + D), one late profile request would let the whole batch drift to it.
+    """
+    return wl.zero_queue_finish() + max(max_extra_delay_s - margin_s, 0.0)
 
 
 def useful_concurrency(wl: Workload) -> list[int]:
@@ -121,7 +128,8 @@ def search(
     names = [s.name for s in stages]
     assert names == wl.stage_names, "workload and stages must list the same stages in order"
     dl, late = deadlines(wl, max_extra_delay_s, margin_s)
-    sim = Simulator(wl, dl, policy, timeout_aware, timeout_check)
+    floors = request_floors(wl, max_extra_delay_s, margin_s)
+    sim = Simulator(wl, dl, policy, timeout_aware, timeout_check, floors)
     raw = useful_concurrency(wl)
     ub = [min(u, max_replicas) for u in raw]
     capped = any(u > max_replicas for u in raw)
@@ -140,7 +148,7 @@ def search(
         result.satisfiable = False
         result.simulations = sim.runs
         return result
-    lower = work_lower_bounds(wl, dl)
+    lower = work_lower_bounds(wl, np.maximum(dl[wl.batch], floors) if wl.n else dl)
     # Line 7: stages by cost C_j, descending (stable: pipeline order breaks ties).
     order = sorted(range(len(stages)), key=lambda j: -stages[j].cost)
     for k in order:

@@ -140,7 +140,9 @@ def serve_priority(
 class Simulator:
     """SIMULATE(Num, R, S, D) for one workload, reusable across the probes of a search.
 
-    ``deadlines`` is the absolute deadline per batch (T_b + D, see ``search.deadlines``).
+    ``deadlines`` is the absolute deadline per batch (T_b + D, see ``search.deadlines``);
+    ``request_floor`` optionally raises it per request (``search.request_floors``). A run is
+    satisfied when every request finishes by its deadline.
     """
 
     def __init__(
@@ -150,6 +152,7 @@ class Simulator:
         policy: QueuePolicy = QueuePolicy.EBF,
         timeout_aware: bool = True,
         timeout_check: str = "enqueue",
+        request_floor: F64 | None = None,
     ) -> None:
         self.wl = wl
         self.deadlines = np.asarray(deadlines, dtype=float)
@@ -161,6 +164,8 @@ class Simulator:
         self.runs = 0
         m = wl.num_stages
         req_dl = self.deadlines[wl.batch] if wl.n else np.zeros(0)
+        if request_floor is not None and wl.n:
+            req_dl = np.maximum(req_dl, request_floor)  # see search.request_floors
         self._req_deadline = req_dl
         prio = wl.batch_T[wl.batch] if policy is QueuePolicy.EBF and wl.n else np.zeros(wl.n)
         self._prio = prio
@@ -288,7 +293,7 @@ class Simulator:
         finish = np.full(len(wl.batch_keys), -np.inf)
         if wl.n:
             np.maximum.at(finish, wl.batch, t)
-        ok = bool(np.all(finish <= self.deadlines + EPS))
+        ok = bool(np.all(t <= self._req_deadline + EPS))
         return SimResult(ok, "ok" if ok else "deadline", None, finish, t)
 
 
@@ -323,6 +328,7 @@ def simulate(
     policy: QueuePolicy = QueuePolicy.EBF,
     timeout_aware: bool = True,
     timeout_check: str = "enqueue",
+    request_floor: F64 | None = None,
 ) -> SimResult:
     """One-shot SIMULATE (see ``Simulator``)."""
-    return Simulator(wl, deadlines, policy, timeout_aware, timeout_check).run(replicas)
+    return Simulator(wl, deadlines, policy, timeout_aware, timeout_check, request_floor).run(replicas)

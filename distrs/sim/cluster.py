@@ -61,7 +61,8 @@ class ClusterParams:
     (``interval_s``); None or 0: only at batch events (the paper's Sec. 5.2 trigger set)."""
     replan_scale_down: bool = True
     """Whether a periodic re-plan may also remove workers (the live planner's does)."""
-    history_window: int = 2
+    history_window: int = 8
+    """Finished batches kept per task (the store's ``history_batches``)."""
     oracle_priority: bool = False
     """Rank EBF queues by each batch's true T instead of the policy's estimate (EBF experiment)."""
     reward_type: str = "cuda"

@@ -113,3 +113,30 @@ def test_default_profile_is_used_without_any_history():
     assert wl.arrival.tolist() == [130.0, 160.0, 190.0, 220.0, 250.0]
     assert (wl.service == [60.0, 30.0]).all()
     assert wl.batch_T.tolist() == [100.0 + 150.0 + 90.0]
+
+
+def test_T_estimate_is_the_earliest_of_the_recent_batches():
+    from distrs.core.history import BatchProfile, RequestProfile
+    from distrs.scaling.collect import collect
+    from distrs.scaling.context import ActiveBatch, PlanContext, PolicyOptions
+
+    from .build import TWO
+
+    def prof(last_r: float) -> BatchProfile:
+        reqs = (
+            RequestProfile(10.0, {"compile": 5.0}),
+            RequestProfile(last_r, {"compile": 5.0, "execute": 1.0}),
+        )
+        return BatchProfile("t", "x", 0.0, reqs, "cuda")
+
+    hist = {"t": [prof(300.0), prof(200.0), prof(400.0)]}  # T = 306, 206, 406 after their anchors
+    batch = ActiveBatch("t", "9", "cuda", 2, anchor=1000.0)
+    for k, expected in ((1, 1406.0), (2, 1206.0), (5, 1206.0)):
+        ctx = PlanContext(
+            now=1000.0,
+            stages=TWO,
+            batches=[batch],
+            histories=hist,
+            options=PolicyOptions(t_estimate_batches=k),
+        )
+        assert collect(ctx).batch_T.tolist() == [expected]

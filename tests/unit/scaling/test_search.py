@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from distrs.core.priority import QueuePolicy
-from distrs.scaling.search import deadlines, search, useful_concurrency, work_lower_bounds
+from distrs.scaling.search import deadlines, request_floors, search, useful_concurrency, work_lower_bounds
 from distrs.scaling.simulate import simulate
 
 from .build import ONE, TWO, workload
@@ -56,13 +56,14 @@ def test_unsatisfiable_under_the_replica_cap_returns_the_cap_not_B():
     assert res.replicas == {"run": 4}
 
 
-def test_late_batch_gets_a_relaxed_deadline_instead_of_everything():
+def test_late_request_gets_its_own_deadline_instead_of_everything():
     # a request queued now needs 50 s but the batch was estimated to end in 10 s: T + D cannot be
-    # met by any allocation. The deadline becomes its zero-queuing finish (50) + D, and one worker
-    # (not the batch size) is enough for the three small requests around it.
+    # met by any allocation. That request may finish by its zero-queuing finish (50) + D; the
+    # three small ones keep T + D = 12, so two workers (not the batch size) are enough.
     wl = workload(ONE, [0, 0, 0, 0], [[50], [1], [1], [1]], batch_T=[10.0])
     dl, late = deadlines(wl, 2.0)
-    assert late == [0] and dl[0] == pytest.approx(52.0)
+    assert late == [0] and dl[0] == pytest.approx(12.0)
+    assert request_floors(wl, 2.0).tolist() == [52.0, 3.0, 3.0, 3.0]
     res = search(wl, ONE, 2.0, timeout_aware=False)
     assert res.satisfiable and res.late == [0]
     assert res.replicas == {"run": 2}
