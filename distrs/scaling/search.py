@@ -34,7 +34,7 @@ import numpy as np
 from distrs.core.priority import QueuePolicy
 from distrs.core.stages import StageSpec
 from distrs.scaling.simulate import Simulator
-from distrs.scaling.workload import F64, Workload
+from distrs.scaling.workload import F64, Workload, peak_overlap
 
 
 @dataclass
@@ -81,10 +81,7 @@ def useful_concurrency(wl: Workload) -> list[int]:
             continue
         begin = t[vis]
         end = begin + wl.service[vis, k]
-        times = np.concatenate([begin, end])
-        delta = np.concatenate([np.ones(begin.size), -np.ones(end.size)])
-        order = np.lexsort((delta, times))  # at equal times, departures (-1) first
-        out.append(int(np.cumsum(delta[order]).max()))
+        out.append(peak_overlap(begin, end))
         t[vis] = end
     return out
 

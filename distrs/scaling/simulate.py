@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from distrs.core.priority import QueuePolicy
-from distrs.scaling.workload import F64, I64, Workload
+from distrs.scaling.workload import F64, I64, Workload, peak_overlap
 
 EPS = 1e-9
 TIMEOUT_CHECKS = ("enqueue", "start")
@@ -310,14 +310,7 @@ def busy_peaks(wl: Workload, replicas: Sequence[int], until: float, policy: Queu
     for k in range(wl.num_stages):
         begin, end = sim.record.get(k, (np.zeros(0), np.zeros(0)))
         keep = begin < until
-        if not keep.any():
-            out.append(0)
-            continue
-        b, e = begin[keep], np.minimum(end[keep], until)
-        times = np.concatenate([b, e])
-        delta = np.concatenate([np.ones(b.size), -np.ones(e.size)])
-        order = np.lexsort((delta, times))  # at equal times, departures first
-        out.append(int(np.cumsum(delta[order]).max()))
+        out.append(peak_overlap(begin[keep], np.minimum(end[keep], until)))
     return out
 
 

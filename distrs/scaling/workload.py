@@ -60,6 +60,16 @@ class Workload:
         return out
 
 
+def peak_overlap(begin: F64, end: F64) -> int:
+    """The most intervals [begin_i, end_i) open at once (a sweep; at equal times, ends first)."""
+    if begin.size == 0:
+        return 0
+    times = np.concatenate([begin, end])
+    delta = np.concatenate([np.ones(begin.size), -np.ones(end.size)])
+    order = np.lexsort((delta, times))
+    return int(np.cumsum(delta[order]).max())
+
+
 def empty(stage_names: Sequence[str], now: float = 0.0) -> Workload:
     m = len(stage_names)
     return Workload(
