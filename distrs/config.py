@@ -96,6 +96,12 @@ class PlannerSettings(StoreSettings):
         description="Timeout-aware rule: check LT when a request joins a queue (enqueue) or just "
         "before a waiting one starts (start, stricter).",
     )
+    learn_min_finished: int = Field(
+        32,
+        ge=0,
+        description="A task's first batch (no history of its reward type) takes its stage times from "
+        "the finished requests of the active first batches once this many have finished (0 = off).",
+    )
     actuator: str = Field("local", description="local | kubernetes")
     namespace: str = Field("default", description="Kubernetes namespace of the worker Deployments.")
     deployment_prefix: str = Field("distrs-worker-", description="Worker Deployment name = prefix+stage.")

@@ -40,6 +40,11 @@ class BatchProfile:
         return max((q.earliest_completion() for q in self.requests), default=0.0)
 
 
+FINISHED_SAMPLE = 256
+"""A store's snapshot shows at most this many finished requests' s_j per active batch (what a
+first batch learns its stage times from, ``distrs.scaling.fallback``)."""
+
+
 def estimate_completion(history: Sequence[BatchProfile], anchor: float, default_span_s: float) -> float:
     """Estimated absolute T of a new batch anchored at ``anchor``.
 

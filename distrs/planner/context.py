@@ -25,6 +25,7 @@ def active_batches(snap: Snapshot, default_type: str) -> list[ActiveBatch]:
                 submitted=b.submitted,
                 queued=dict(live.queued),
                 running_elapsed={k: list(v) for k, v in live.running_elapsed.items()},
+                finished=live.finished,
             )
         )
     return out

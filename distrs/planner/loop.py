@@ -67,6 +67,7 @@ class Planner:
             scale_down_margin_s=self.settings.scale_down_margin_s,
             scale_up_lookahead_s=self.settings.scale_up_lookahead_s,
             timeout_check=self.settings.timeout_check,
+            learn_min_finished=self.settings.learn_min_finished,
         )
 
     async def decide(self, trigger: str) -> Decision:

@@ -14,7 +14,10 @@ For each active batch of every task (multi-tenant, Sec. 5.2), from the profile c
 * **Running_k** (lines 17-19): one per running request with elapsed e, drawn among profile
   requests with s_{i'k} > e, remaining s_{i'k} − e, then s_{i'(k+1)..M}. When no profile request
   ran that long, it is assumed to run to the stage timeout (remaining T_k − e, at least 1 s) and
-  end there, as requests that long usually do (Sec. 3.1).
+  then to go on like the profile's longest requests at stage k (a draw among the top
+  ``LONGEST_SHARE`` of them by s_{i'k}, for s_{i'(k+1)..M}). In the CUDA trace almost every
+  compile that ends between 90 s and its 120 s timeout goes on to execute; planning such a
+  request as ending at stage k let a scale-down retire the last GPU it was about to need.
 
 Requests that reach no stage (e.g. generation failed) need no worker and are left out of the
 workload; they still count in T_b. The batch's T_b is Eq. 1-2, shifted to the anchor, over the
@@ -31,8 +34,18 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from distrs.scaling.context import ActiveBatch, OracleBatch, PlanContext
-from distrs.scaling.fallback import ProfileArrays, choose_profile, default_profile, to_arrays
+from distrs.scaling.fallback import (
+    ProfileArrays,
+    choose_profile,
+    default_profile,
+    learned_profile,
+    to_arrays,
+)
 from distrs.scaling.workload import Workload, concat, timeout_suffix
+
+LONGEST_SHARE = 0.05
+"""Running_k fallback: the share of a stage's longest profile requests whose later stages a
+request that already ran longer than all of them is assumed to follow."""
 
 
 def _rng(seed: int, batch: ActiveBatch, now: float) -> np.random.Generator:
@@ -50,17 +63,27 @@ def _resize(p: ProfileArrays, size: int) -> ProfileArrays:
     return ProfileArrays(p.r[idx], p.s[idx], p.source)
 
 
-def profile_arrays(ctx: PlanContext, batch: ActiveBatch, reward_type_of: Mapping[str, str]) -> ProfileArrays:
+def profile_arrays(
+    ctx: PlanContext, batch: ActiveBatch, reward_type_of: Mapping[str, str], learn: bool = True
+) -> ProfileArrays:
+    """The profile ``batch`` is estimated from (``fallback.py``); ``learn=False`` keeps a first
+    batch on the default instead of its finished requests (a plan fixed when the batch arrives)."""
     names = [s.name for s in ctx.stages]
     profile, source = choose_profile(batch.task, batch.reward_type, ctx.histories, reward_type_of)
     if profile is None or not profile.requests:
-        return default_profile(
+        default = default_profile(
             batch.size,
             names,
             [s.timeout_s for s in ctx.stages],
             ctx.stages_of(batch.reward_type),
             ctx.options,
         )
+        # No task of this type has a finished batch: every active one of the type is a first
+        # batch, and their finished requests are all there is to learn from.
+        if not learn:
+            return default
+        finished = [f for b in ctx.batches if b.reward_type == batch.reward_type for f in b.finished]
+        return learned_profile(default, finished, names, ctx.options.learn_min_finished)
     return _resize(to_arrays(profile, names, source), batch.size)
 
 
@@ -147,7 +170,11 @@ def collect_batch(ctx: PlanContext, batch: ActiveBatch, prof: ProfileArrays) -> 
             picked = cand[choice]
             svc[have] = prof.s[picked]
             svc[have, k] = prof.s[picked, k] - elapsed[have]  # line 19: s_{i'k} − e_ik
-        svc[~have, k] = np.maximum(ctx.stages[k].timeout_s - elapsed[~have], 1.0)
+        over = np.flatnonzero(~have)
+        if over.size and cand.size and k + 1 < m:
+            longest = cand[cand.size - max(int(np.ceil(cand.size * LONGEST_SHARE)), 1) :]
+            svc[over, k + 1 :] = prof.s[longest[rng.integers(0, longest.size, size=over.size)], k + 1 :]
+        svc[over, k] = np.maximum(ctx.stages[k].timeout_s - elapsed[over], 1.0)
         svc[:, :k] = 0.0
         arrivals.append(np.full(elapsed.size, now))
         services.append(svc)

@@ -37,6 +37,9 @@ class ActiveBatch:
     submitted: int = 0
     queued: Mapping[str, int] = field(default_factory=dict)
     running_elapsed: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    finished: Sequence[Mapping[str, float]] = ()
+    """s_j per stage of (a sample of) this batch's requests that have already finished: what a
+    task's first batch, which has no history, learns its stage times from (``fallback.py``)."""
 
     @property
     def key(self) -> BatchKey:
@@ -55,6 +58,9 @@ class PolicyOptions:
     default_first_s: float = 30.0
     default_stage_fraction: float = 0.25
     """... each running ``fraction × T_j`` at every stage of its type (see ``fallback.py``)."""
+    learn_min_finished: int = 32
+    """The default's stage times give way to the finished requests of the active first batches
+    of the same reward type once at least this many have finished (0 = never)."""
     t_estimate_batches: int = 5
     """T_b (the deadline base and EBF priority) is the earliest T, relative to its anchor, of the
     task's last this many finished batches (1 = the previous batch only, as in Alg. 2)."""

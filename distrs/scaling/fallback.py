@@ -10,6 +10,14 @@ profile is chosen in this order (documented in docs/scaling.md):
    [``default_first_s``, ``default_span_s``] after the anchor, each running
    ``default_stage_fraction × T_j`` at every stage of its type. It over- rather than
    under-provisions for a typical rollout, and is replaced by real history after one batch.
+4. ``in-batch``: the default's arrivals, with each request's stage times (and which stages it
+   visits) taken in turn from the requests of this reward type's active batches that have
+   finished (``ActiveBatch.finished``), once ``learn_min_finished`` have. When every task of a
+   type starts at once, as concurrent RL jobs launched together do, no task has history for a
+   whole batch; the default's guess (a quarter of the timeout at every stage) is several times
+   the real execute time of the CUDA trace, and the first batches cost about as much GPU time
+   as the next ten. Requests that finish first are the short ones, so these samples lean short;
+   the timeout-aware rule and the re-plans cover the tail, and the next batch has real history.
 
 Profiles are turned into arrays (r, S) once and memoised by object identity (profiles are
 immutable), because the planner re-reads the same few profiles at every decision.
@@ -77,6 +85,21 @@ def default_profile(
         ]
     )
     return ProfileArrays(r, np.tile(row, (n, 1)), "default")
+
+
+def learned_profile(
+    default: ProfileArrays,
+    finished: Sequence[Mapping[str, float]],
+    stage_names: Sequence[str],
+    min_finished: int,
+) -> ProfileArrays:
+    """``default`` with its stage times replaced by those of ``finished`` requests, in turn
+    (request i gets finished[i mod n]: deterministic, and every sample used equally)."""
+    if min_finished <= 0 or len(finished) < min_finished or default.r.size == 0:
+        return default
+    rows = np.array([[f.get(name, 0.0) for name in stage_names] for f in finished], dtype=float)
+    idx = np.arange(default.r.size) % rows.shape[0]
+    return ProfileArrays(default.r, rows[idx], "in-batch")
 
 
 def choose_profile(

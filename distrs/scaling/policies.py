@@ -46,15 +46,24 @@ def floor_pending(
     """At least one worker at every stage an unfinished batch may still send requests to.
 
     Alg. 1 never goes below 1 (line 9); here a stage may get 0 when no active batch can reach it,
-    but a batch with requests still to come keeps one worker on each stage of its type, so a
-    request the estimate did not foresee is never stranded until the next decision.
+    but a batch with requests still to come keeps one worker on each stage of its type, and a
+    request queued or running at a stage keeps one on each later stage of its type. Alg. 2
+    draws the rest of a running request's path from one profile request, and a draw that ends
+    at the current stage would otherwise retire the last worker of the next one; the request
+    would then wait a whole worker start there. Either way a request the estimate did not
+    foresee is never stranded until the next decision.
     """
     out = dict(replicas)
     for b in ctx.batches if batches is None else batches:
+        path = list(ctx.stages_of(b.reward_type))
         if b.submitted < b.size:
-            for name in ctx.stages_of(b.reward_type):
-                if name in out and out[name] < 1:
-                    out[name] = min(1, ctx.max_replicas)
+            reach = path
+        else:
+            here = [i for i, name in enumerate(path) if b.queued.get(name, 0) or b.running_elapsed.get(name)]
+            reach = path[min(here) + 1 :] if here else []
+        for name in reach:
+            if name in out and out[name] < 1:
+                out[name] = min(1, ctx.max_replicas)
     return out
 
 
@@ -182,7 +191,7 @@ def batch_profile_workload(ctx: PlanContext, batches: list[ActiveBatch]) -> Work
     reward_type_of = {b.task: b.reward_type for b in ctx.batches}
     parts = []
     for b in batches:
-        prof = profile_arrays(ctx, b, reward_type_of)
+        prof = profile_arrays(ctx, b, reward_type_of, learn=False)
         work = prof.s.sum(axis=1) > 0
         n = int(work.sum())
         parts.append(
@@ -207,7 +216,8 @@ def zq_dedicated_policy(ctx: PlanContext) -> Decision:
     estimated from its history, never queues, i.e. the peak concurrency of the whole estimated
     batch at each stage. The size depends only on the task's own active batches, not on when
     the decision runs, so a task's pool is set when its batch arrives and held until the batch
-    completes, whatever other tasks do."""
+    completes, whatever other tasks do. A first batch therefore stays on the default profile: its
+    finished requests (the short ones, early) would shrink a pool that must never queue."""
     names = [s.name for s in ctx.stages]
     dedicated: dict[str, dict[str, int]] = {}
     tasks = sorted({b.task for b in ctx.batches})

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from distrs.core.history import BatchProfile, RequestProfile
+from distrs.core.history import FINISHED_SAMPLE, BatchProfile, RequestProfile
 from distrs.core.priority import QueuePolicy
 from distrs.scaling.context import ActiveBatch, Decision, OracleBatch, PlanContext, PolicyOptions
 from distrs.scaling.policies import plan
@@ -177,6 +177,7 @@ class _Replay:
         self.arr = [0.0] * n  # shifted arrival
         self.b_shift = [0.0] * nb
         self.b_done = [0] * nb
+        self.b_finished: list[list[int]] = [[] for _ in range(nb)]  # requests, in finishing order
         self.b_arrived = [0] * nb
         self.b_est: list[float | None] = [None] * nb
         self.b_queued = [[0] * m for _ in range(nb)]
@@ -299,6 +300,7 @@ class _Replay:
                         for k, r in enumerate(self.b_running[b])
                         if r
                     },
+                    finished=self._finished_sample(b),
                 )
             )
             if oracle is not None:
@@ -348,6 +350,13 @@ class _Replay:
             options=opts,
             oracle=oracle,
         )
+
+    def _finished_sample(self, b: int) -> list[dict[str, float]]:
+        """What the store's snapshot shows: up to FINISHED_SAMPLE finished requests' s_j."""
+        done = self.b_finished[b]
+        step = max(len(done) / FINISHED_SAMPLE, 1.0)
+        pick = [done[int(j * step)] for j in range(min(len(done), FINISHED_SAMPLE))]
+        return [{n: s for n, s in zip(self.names, self.s_list[i], strict=True) if s > 0} for i in pick]
 
     def _decide(self, t: float, scale_up_only: bool = False) -> None:
         ctx = self._context(t)
@@ -402,7 +411,7 @@ class _Replay:
         k = self.first_stage[i]
         if k < 0:
             self.phase[i] = 3
-            self._finish_request(b, t)
+            self._finish_request(b, i, t)
         else:
             self._enqueue(i, k, t)
         if self.b_arrived[b] == 1 and self.p.decide_on_first_arrival and b in self.active:
@@ -424,11 +433,12 @@ class _Replay:
             self._enqueue(i, nxt, t)
         else:
             self.phase[i] = 3
-            self._finish_request(b, t)
+            self._finish_request(b, i, t)
         self._dispatch(pool, t)
 
-    def _finish_request(self, b: int, t: float) -> None:
+    def _finish_request(self, b: int, i: int, t: float) -> None:
         self.b_done[b] += 1
+        self.b_finished[b].append(i)
         if self.b_done[b] < self.b_hi[b] - self.b_lo[b]:
             return
         T = self.b_T0[b] + self.b_shift[b]

@@ -63,6 +63,8 @@ class BatchLive(BaseModel):
     queued: dict[str, int] = Field(default_factory=dict)
     queued_since: dict[str, list[float]] = Field(default_factory=dict)
     running_elapsed: dict[str, list[float]] = Field(default_factory=dict)
+    # s_j per stage of up to FINISHED_SAMPLE of the batch's finished requests (a sample).
+    finished: list[dict[str, float]] = Field(default_factory=list)
 
 
 class Snapshot(BaseModel):

@@ -11,8 +11,8 @@ import heapq
 import uuid
 from collections import deque
 
-from distrs.core.accounting import finish_batch
-from distrs.core.history import BatchProfile, estimate_completion
+from distrs.core.accounting import finish_batch, request_profile
+from distrs.core.history import FINISHED_SAMPLE, BatchProfile, estimate_completion
 from distrs.core.model import BatchInfo, Lease, RequestRecord, RequestState, Result, StageRecord, Status
 from distrs.core.priority import QueuePolicy, sort_key
 from distrs.store.base import BatchLive, CompleteOutcome, Event, NewRequest, Snapshot, SubmitOutcome
@@ -368,5 +368,10 @@ class MemoryStore:
                     ls = by_request_lease.get((batch.task, rid))
                     started = ls.started_at if ls else now
                     live.running_elapsed.setdefault(rec.stage, []).append(max(0.0, now - started))
+                else:
+                    live.finished.append(request_profile(batch, rec).s)
+            if len(live.finished) > FINISHED_SAMPLE:  # evenly spaced over submission order
+                step = len(live.finished) / FINISHED_SAMPLE
+                live.finished = [live.finished[int(i * step)] for i in range(FINISHED_SAMPLE)]
             snap.batches.append(live)
         return snap

@@ -45,7 +45,7 @@ from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError, Res
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from distrs.config import StoreSettings
-from distrs.core.history import BatchProfile, RequestProfile
+from distrs.core.history import FINISHED_SAMPLE, BatchProfile, RequestProfile
 from distrs.core.model import BatchInfo, Lease, RequestRecord, Result, Status
 from distrs.core.priority import QueuePolicy
 from distrs.store import errors
@@ -716,9 +716,13 @@ class RedisStore:
                         p.zrange(h["k_queued"], 0, -1, withscores=True)
                     else:
                         p.echo("")
-                queued_rows = await p.execute()
+                    if h.get("k_profile"):  # a random sample of finished requests' profiles
+                        p.hrandfield(h["k_profile"], FINISHED_SAMPLE, withvalues=True)
+                    else:
+                        p.echo("")
+                rows = await p.execute()
             lives: dict[tuple[str, str], BatchLive] = {}
-            for h, q in zip(batch_hashes, queued_rows, strict=True):
+            for h, q, fin in zip(batch_hashes, rows[0::2], rows[1::2], strict=True):
                 if not h:
                     continue
                 live = BatchLive(batch=self._batch_from_hash(h))
@@ -726,6 +730,10 @@ class RedisStore:
                     stage = member.split("\n", 1)[0]
                     live.queued[stage] = live.queued.get(stage, 0) + 1
                     live.queued_since.setdefault(stage, []).append(float(ts))
+                values = fin[1::2] if isinstance(fin, list) else []
+                live.finished = [
+                    {k: float(v) for k, v in (orjson.loads(x).get("s") or {}).items()} for x in values
+                ]
                 lives[(live.batch.task, live.batch.batch_id)] = live
             running: dict[str, int] = {}
             for stage, started, task, batch_id in lease_rows:

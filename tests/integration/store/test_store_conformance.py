@@ -451,6 +451,26 @@ async def test_snapshot_contents(store: QueueStore) -> None:
     assert snap.running == {"compile": 1}
 
 
+async def test_snapshot_shows_the_stage_times_of_finished_requests(store: QueueStore) -> None:
+    # A first batch learns its stage times from its own finished requests (scaling/fallback.py).
+    await register(store, batch="b", size=3)
+    await store.submit([req("r1"), req("r2"), req("r3")], 100.0)
+    first = await store.lease("compile", "w", 101.0, 30.0)
+    assert first is not None
+    await store.complete(first.lease_id, "w", 104.0, 3.0, "execute", None, None, "next")
+    run = await store.lease("execute", "w", 105.0, 30.0)
+    assert run is not None
+    await store.complete(run.lease_id, "w", 106.5, 1.5, None, None, ok(), "final")
+    second = await store.lease("compile", "w", 107.0, 30.0)
+    assert second is not None
+    await store.complete(second.lease_id, "w", 109.0, 2.0, None, None, ok(), "final")
+    before = {b.batch.batch_id: b for b in (await store.snapshot(110.0)).batches}["b"]
+    assert sorted(before.finished, key=len) == [
+        {"compile": pytest.approx(2.0)},
+        {"compile": pytest.approx(3.0), "execute": pytest.approx(1.5)},
+    ]
+
+
 # waiting ---------------------------------------------------------------------------------------
 
 

@@ -115,6 +115,32 @@ def test_default_profile_is_used_without_any_history():
     assert wl.batch_T.tolist() == [100.0 + 150.0 + 90.0]
 
 
+def test_a_first_batch_learns_stage_times_from_finished_requests():
+    opts = PolicyOptions(default_first_s=30.0, default_span_s=150.0, learn_min_finished=3)
+    few = [{"compile": 4.0, "execute": 1.0}] * 2
+    # Too few finished: the default stands.
+    wl = collect(ctx([batch(size=5, finished=few)], histories={}, now=100.0, options=opts))
+    assert wl.debug["sources"] == {"a/b1": "default"}
+    # Enough, pooled over the active first batches of the same reward type (not other types).
+    done = [{"compile": 4.0, "execute": 1.0}, {"compile": 8.0}]
+    other = batch(task="m", batch_id="x", reward_type="math", finished=[{"compile": 99.0}] * 5)
+    batches = [batch(size=5, finished=done), batch(task="c", batch_id="b2", finished=done), other]
+    wl = collect(ctx(batches, histories={}, now=100.0, options=opts), batches[:1])
+    assert wl.debug["sources"] == {"a/b1": "in-batch"}
+    assert wl.arrival.tolist() == [130.0, 160.0, 190.0, 220.0, 250.0]  # the default's arrivals
+    assert wl.service.tolist() == [[4.0, 1.0], [8.0, 0.0], [4.0, 1.0], [8.0, 0.0], [4.0, 1.0]]
+
+
+def test_running_request_longer_than_the_whole_profile_goes_on_like_its_longest():
+    # Every profile compile ran at most 6 s; a compile already at 9 s is planned to run to its
+    # timeout and then to execute like the longest compile (6 s, then 3 s of execute).
+    prof = profile("a", [(10, 5, 1), (20, 5, 2), (30, 6, 3), (40, 0, 0)])
+    wl = collect(ctx([batch(submitted=4, running_elapsed={"compile": [9.0]})], histories={"a": [prof]}))
+    assert wl.running.tolist() == [True]
+    timeout = TWO[0].timeout_s
+    assert wl.service.tolist() == [[timeout - 9.0, 3.0]]
+
+
 def test_T_estimate_is_the_earliest_of_the_recent_batches():
     from distrs.core.history import BatchProfile, RequestProfile
     from distrs.scaling.collect import collect

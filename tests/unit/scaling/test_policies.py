@@ -113,6 +113,23 @@ def test_floor_keeps_one_worker_for_batches_still_arriving():
     }
 
 
+def test_floor_keeps_one_worker_on_the_stages_after_a_request_still_in_flight():
+    # All submitted; one request still compiling may go on to execute: keep that GPU.
+    running = [
+        ActiveBatch("a", "1", "cuda", 10, anchor=0.0, submitted=10, running_elapsed={"compile": [100.0]})
+    ]
+    assert floor_pending(_ctx("distrs", batches=running), {"compile": 0, "execute": 0}) == {
+        "compile": 0,
+        "execute": 1,
+    }
+    # A request queued at the last stage needs nothing after it (its own stage is the plan's).
+    last = [ActiveBatch("a", "1", "cuda", 10, anchor=0.0, submitted=10, queued={"execute": 2})]
+    assert floor_pending(_ctx("distrs", batches=last), {"compile": 0, "execute": 0}) == {
+        "compile": 0,
+        "execute": 0,
+    }
+
+
 def test_every_registered_policy_has_a_name_the_cli_accepts():
     assert set(POLICIES) == {"distrs", "history", "zq-dedicated", "ideal", "static"}
 
@@ -130,6 +147,22 @@ def test_zq_dedicated_holds_a_task_pool_for_its_whole_batch():
     # ... and a task without an active batch has no pool
     only_b = plan(_ctx("zq-dedicated", batches=later_batches[1:]))
     assert only_b.dedicated is not None and set(only_b.dedicated) == {"b"}
+
+
+def test_a_first_batch_learns_from_finished_requests_except_under_zq_dedicated():
+    # No history anywhere: the default (a quarter of each timeout) until requests finish.
+    first = [ActiveBatch("a", "1", "cuda", 200, anchor=1000.0, submitted=100)]
+    done = [{"compile": 2.0, "execute": 0.5}] * 40
+    learned = [ActiveBatch("a", "1", "cuda", 200, anchor=1000.0, submitted=100, finished=done)]
+    for policy in ("distrs", "history"):
+        default = plan(_ctx(policy, batches=first, histories={}))
+        short = plan(_ctx(policy, batches=learned, histories={}))
+        assert short.debug["sources"] == {"a/1": "in-batch"}
+        assert short.replicas["execute"] < default.replicas["execute"]
+    # zq-dedicated fixes a task's pool when its batch arrives; the finished ones do not shrink it
+    zq_first = plan(_ctx("zq-dedicated", batches=first, histories={}))
+    zq_learned = plan(_ctx("zq-dedicated", batches=learned, histories={}))
+    assert zq_learned.dedicated == zq_first.dedicated
 
 
 def test_scale_down_hysteresis_keeps_slack_but_never_holds_back_a_scale_up():
