@@ -11,15 +11,18 @@ Follows HetRL §3.4 and Algorithm 1:
   dropped after each round (``BestHalf``); each Level-1 round keeps the best half of the GPU
   groupings of every surviving task grouping;
 * each plan generation is one step of an evolutionary algorithm over Level-3 assignments
-  (lines 21-22): initial individuals seeded from node-aligned blocks (nodes and groups each
-  taken in several orders, ``ArmEA._initial_blocks``; the group orders at an arm's first
-  generation, the node orders one per generation after it, so seeding is paid for out of the
-  arm's own budget) plus random ones, then an offspring by mutation — with probability
+  (lines 21-22): initial individuals seeded from blocks of the nodes (nodes and groups each
+  taken in several orders, each sequence both node-aligned and rotated by half a node so that
+  neighbouring groups share a node, ``ArmEA._initial_blocks``; the group orders at an arm's
+  first generation, the node orders one per generation after it, so seeding is paid for out of
+  the arm's own budget) plus random ones, then an offspring by mutation — with probability
   ``p_upgrade`` the paper's mutation (replace a GPU of a training-task group with a
   higher-TFLOPS GPU from a group without training tasks), else a random cross-group swap —
   improved by swap-based local search on a locality score (same node/zone/region pairs); the
-  improved phenotype is evaluated but not written back (Baldwinian learning), and it replaces the
-  worst individual when it is better. Levels 4-5 come from ``space.GroupBuilder``.
+  improved phenotype is evaluated but not written back (Baldwinian learning), an individual's
+  fitness is the cost of the phenotype or of the genotype itself when the swaps did not lower
+  it, and it replaces the worst individual when it is better. Levels 4-5 come from
+  ``space.GroupBuilder``.
 
 The budget B is wall-clock seconds (§3.4); it is converted into a number of plan generations
 from the measured cost of one generation, as Algorithm 1 counts budget in generations, and
@@ -72,35 +75,41 @@ def locality_score(cm: CostModel, groups: Sequence[Sequence[int]]) -> int:
 def local_search(cm: CostModel, groups: list[list[int]], max_rounds: int = 64) -> list[list[int]]:
     """Greedy swap-based locality search with group sizes (and GPU types per group) fixed.
 
-    Only swaps of GPUs of one type are considered, so the search improves locality without
-    undoing the compute profile chosen by mutation.
+    HetRL §3.4: repeatedly apply the cross-group GPU swap with the largest positive gain in a
+    locality score (``locality_score``: machine-, zone- and region-level affinities), until no
+    swap improves it. Only swaps of GPUs of one type are considered, so the search improves
+    locality without undoing the compute profile chosen by mutation.
     """
     topo = cm.topo
     keys = ((topo.node_of, 3), (topo.zone_of, 2), (topo.region_of, 1))
     groups = [list(g) for g in groups]
     counts = [[Counter(int(k[d]) for d in g) for k, _ in keys] for g in groups]
 
-    def contrib(gi: int, d: int, removing: int | None = None, adding: int | None = None) -> int:
+    def peers(gi: int, d: int, member: bool, leaving: int | None = None) -> int:
+        """Weighted count of the GPUs of group gi sharing a node/zone/region with d; d itself
+        is excluded when it is a ``member`` of gi, and so is ``leaving`` (swapped out)."""
         total = 0
         for ki, (k, w) in enumerate(keys):
-            c = counts[gi][ki][int(k[d])] - 1  # peers of d in group gi (d itself excluded)
-            if removing is not None and int(k[removing]) == int(k[d]):
+            c = counts[gi][ki][int(k[d])] - (1 if member else 0)
+            if leaving is not None and int(k[leaving]) == int(k[d]):
                 c -= 1
-            if adding is not None and int(k[adding]) == int(k[d]):
-                c += 1
             total += w * c
         return total
 
     for _ in range(max_rounds):
         best_gain, best = 0, None
+        # GPUs of one node are interchangeable (same type, zone and region), so one
+        # representative per (group, node) gives every distinct swap, in the same order
+        reps = [list({int(topo.node_of[d]): d for d in g[::-1]}.values()) for g in groups]
+        reps = [sorted(r, key=g.index) for r, g in zip(reps, groups, strict=True)]
         for ga in range(len(groups)):
             for gb in range(ga + 1, len(groups)):
-                for a in groups[ga]:
-                    for b in groups[gb]:
+                for a in reps[ga]:
+                    for b in reps[gb]:
                         if topo.type_of[a] != topo.type_of[b] or topo.node_of[a] == topo.node_of[b]:
                             continue
-                        before = contrib(ga, a) + contrib(gb, b)
-                        after = contrib(ga, b, removing=a) + contrib(gb, a, removing=b)
+                        before = peers(ga, a, True) + peers(gb, b, True)
+                        after = peers(ga, b, False, leaving=a) + peers(gb, a, False, leaving=b)
                         gain = after - before
                         if gain > best_gain:
                             best_gain, best = gain, (ga, gb, a, b)
@@ -170,9 +179,9 @@ class ArmEA:
             child[gj][child[gj].index(b)] = a
         return child
 
-    def _evaluate(self, genotype: list[list[int]]) -> float:
-        phenotype = local_search(self.cm, genotype)
-        plan = self.builder.build_plan(self.grouping, phenotype)
+    def _cost(self, groups: Sequence[Sequence[int]]) -> float:
+        """Cost-model estimate of one Level-3 assignment (Levels 4-5 from the builder)."""
+        plan = self.builder.build_plan(self.grouping, groups)
         if plan is None:
             return INF
         ev = self.cm.evaluate(plan)
@@ -180,14 +189,40 @@ class ArmEA:
             self.best_cost, self.best_plan, self.best_eval = ev.total, plan, ev
         return ev.total if ev.feasible else INF
 
+    def _signature(self, groups: Sequence[Sequence[int]]) -> tuple[tuple[tuple[int, int], ...], ...]:
+        return tuple(self.builder.signature(g) for g in groups)
+
+    def _evaluate(self, genotype: Genotype) -> float:
+        """Fitness of an individual o: the cost of o* = swap-based local search on o, or of o
+        itself when o* is not cheaper. §3.4 runs the swaps "to find a new individual o* that
+        leads to lower cost"; the locality score is only a proxy for the cost, and it misjudges
+        one pattern that matters across regions: a node shared by the generation group and
+        the actor-training group makes the weight synchronisation's C_p2p (App. B.2) an
+        intra-node copy, while gathering that node into one group raises the locality score
+        and moves C_p2p onto an inter-region link. The phenotype is still not written back
+        (Baldwinian learning)."""
+        phenotype = local_search(self.cm, genotype)
+        cost = self._cost(phenotype)
+        if self._signature(phenotype) != self._signature(genotype):
+            cost = min(cost, self._cost(genotype))
+        return cost
+
     def _initial_blocks(self) -> tuple[list[Genotype], list[Genotype]]:
         """Structured initial individuals: the nodes (each a contiguous run of the locality
         order) are put in some order and the groups, in some order, take consecutive blocks of
         that sequence. Returns the group-order seeds (locality order, groups permuted; identity
         first) and the node-order seeds (nodes and groups permuted), distinct by the
-        GPUs-per-node signature, at most ``2 · pop_size`` in all. Node orders matter on
+        GPUs-per-node signature, at most ``4 · pop_size`` in all. Node orders matter on
         heterogeneous clusters: with nodes A, B, C a two-group plan {A, C} + {B} is reachable
-        only from the order A C B, and random swaps seldom move a whole node."""
+        only from the order A C B, and random swaps seldom move a whole node.
+
+        Each sequence is also used rotated by half of its first node, so that the group
+        boundaries fall inside nodes: neighbouring groups then share a node. That matters for
+        the generation and actor-training groups, whose weight synchronisation pays C_p2p
+        (App. B.2) over the closest pair of their GPUs, an intra-node copy if they share a
+        node and an inter-region transfer otherwise when every node is its own region; the
+        locality search never creates such a split and mutations seldom reach one whose
+        generation replicas still fit inside nodes."""
         order = locality_order(self.cm, self.devices)
         runs: list[list[int]] = []
         for d in order:
@@ -208,17 +243,19 @@ class ArmEA:
         node_order: list[Genotype] = []
         seen: set[tuple[tuple[tuple[int, int], ...], ...]] = set()
         for node_perm, group_perm in pairs:
-            seq = [d for r in node_perm for d in runs[r]]
-            blocks: Genotype = [[] for _ in self.sizes]
-            pos = 0
-            for gi in group_perm:
-                blocks[gi] = seq[pos : pos + self.sizes[gi]]
-                pos += self.sizes[gi]
-            sig = tuple(tuple(sorted(Counter(self.cm.node[d] for d in b).items())) for b in blocks)
-            if sig not in seen:
-                seen.add(sig)
-                (group_order if node_perm == identity_n else node_order).append(blocks)
-            if len(group_order) + len(node_order) >= 2 * self.pop_size:
+            aligned = [d for r in node_perm for d in runs[r]]
+            half = len(runs[node_perm[0]]) // 2
+            for seq in (aligned, aligned[half:] + aligned[:half]) if half else (aligned,):
+                blocks: Genotype = [[] for _ in self.sizes]
+                pos = 0
+                for gi in group_perm:
+                    blocks[gi] = seq[pos : pos + self.sizes[gi]]
+                    pos += self.sizes[gi]
+                sig = tuple(tuple(sorted(Counter(self.cm.node[d] for d in b).items())) for b in blocks)
+                if sig not in seen:
+                    seen.add(sig)
+                    (group_order if node_perm == identity_n else node_order).append(blocks)
+            if len(group_order) + len(node_order) >= 4 * self.pop_size:
                 break
         return group_order, node_order
 

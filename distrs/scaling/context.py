@@ -79,6 +79,9 @@ class PolicyOptions:
     scale_up_lookahead_s: float | None = None
     """Scale up only to the workers the plan keeps busy within this many seconds (re-plan
     interval + worker start time); later ones are started by later re-plans. None or 0: off."""
+    lookahead_scale_down: bool = True
+    """Apply the same window to a pool that is already larger: keep only the workers the plan
+    keeps busy within ``scale_up_lookahead_s`` (and every busy one); False: scale-ups only."""
 
 
 @dataclass(frozen=True)

@@ -191,10 +191,21 @@ def test_scale_up_lookahead_starts_only_the_workers_needed_soon():
     # a wider window needs more compile workers than a narrow one, never more than the plan
     mid = plan(_ctx("distrs", options=PolicyOptions(scale_up_lookahead_s=100.0))).replicas
     assert 1 < mid["compile"] <= full["compile"]
-    # workers already there are never taken away by the window (scale-downs are untouched)
+    # scale-ups only: workers already there are not taken away by the window
     have = {k: v + 5 for k, v in full.items()}
-    kept = plan(_ctx("distrs", options=PolicyOptions(warm_start=have, scale_up_lookahead_s=20.0)))
-    assert kept.replicas == full
+    up_only = PolicyOptions(warm_start=have, scale_up_lookahead_s=20.0, lookahead_scale_down=False)
+    assert plan(_ctx("distrs", options=up_only)).replicas == full
+    # both ways (the default): idle ones not needed within the window go, down to the floor
+    both = PolicyOptions(warm_start=have, scale_up_lookahead_s=20.0)
+    assert plan(_ctx("distrs", options=both)).replicas == {"compile": 1, "execute": 1}
+    # ... but never a worker that is busy now
+    running = [
+        ActiveBatch(
+            "a", "1", "cuda", 200, anchor=1000.0, submitted=1, running_elapsed={"compile": [1.0] * 7}
+        ),
+        ActiveBatch("b", "1", "cuda", 200, anchor=1050.0),
+    ]
+    assert plan(_ctx("distrs", batches=running, options=both)).replicas["compile"] >= 7
 
 
 def test_a_scale_down_never_retires_busy_workers():
