@@ -3,8 +3,8 @@
 Live: ``distrs up``'s embedded service (memory store, planner with the ``distrs`` policy, local
 worker host) driven by ``distrs replay`` at ``SPEEDUP``; its pipeline timeouts, default batch span
 and D are divided by the speedup so the planner reasons in compressed time. Sim: the cluster
-simulator on the same trace with the same policy, D, history window and worker cap, times in
-trace seconds. Live figures are converted back to trace seconds (× speedup) before comparing
+simulator on the same trace with the same policy, D, history window, worker cap and first-batch fallback,
+times in trace seconds. Live figures are converted back to trace seconds (× speedup) before comparing
 worker-seconds per stage and mean extra delay. Target (issue): agree within 15%.
 
 Run: ``.venv/bin/python benchmarks/sim_vs_live.py`` (about 3 minutes); writes
@@ -23,7 +23,8 @@ from typing import Any
 
 from rich.console import Console
 
-from distrs.replay.demo import run_compressed
+from distrs.replay.demo import DEFAULT_FIRST_TRACE_S, DEFAULT_SPAN_TRACE_S, run_compressed
+from distrs.scaling.context import PolicyOptions
 from distrs.sim.cluster import ClusterParams, replay
 from distrs.sim.generator import GeneratorParams, generate
 from distrs.sim.trace import dump, load
@@ -52,6 +53,11 @@ async def live(trace: Path) -> dict[str, Any]:
         "worker_seconds": {s: run.allocated.get(s, 0.0) * SPEEDUP for s in run.stages},
         "busy_seconds": {s: sum(r.busy_s.get(s, 0.0) for r in run.reports) * SPEEDUP for s in run.stages},
         "extra_delay_s": {"mean": statistics.mean(delays), "max": max(delays)},
+        "per_batch_extra_delay_s": {
+            f"{r.task}/{r.batch_id}": round(r.extra_delay_s * SPEEDUP, 2)
+            for r in run.reports
+            if r.extra_delay_s is not None
+        },
         "batches": len(run.reports),
         "wall_s": wall,
     }
@@ -65,6 +71,7 @@ def sim(trace: Path) -> dict[str, Any]:
         max_replicas=MAX_WORKERS,
         replan_interval_s=REPLAN_TRACE_S,
         history_window=HISTORY,
+        options=PolicyOptions(default_span_s=DEFAULT_SPAN_TRACE_S, default_first_s=DEFAULT_FIRST_TRACE_S),
     )
     r = replay(load(trace), params)
     s = r.summary()
@@ -72,6 +79,7 @@ def sim(trace: Path) -> dict[str, Any]:
         "worker_seconds": s["worker_seconds"],
         "busy_seconds": s["busy_seconds"],
         "extra_delay_s": {"mean": s["extra_delay_s"]["mean"], "max": s["extra_delay_s"]["max"]},
+        "per_batch_extra_delay_s": {f"{b.task}/{b.iteration}": round(b.extra_delay, 2) for b in r.batches},
         "batches": s["batches"],
     }
 

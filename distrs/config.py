@@ -96,6 +96,12 @@ class PlannerSettings(StoreSettings):
         description="Timeout-aware rule: check LT when a request joins a queue (enqueue) or just "
         "before a waiting one starts (start, stricter).",
     )
+    default_first_arrival_s: float = Field(
+        30.0,
+        ge=0,
+        description="First-batch fallback (no history of the reward type): the first request is "
+        "assumed this long after the rollout starts, the last at default_batch_span_s.",
+    )
     learn_min_finished: int = Field(
         32,
         ge=0,

@@ -63,6 +63,7 @@ class Planner:
         return PolicyOptions(
             static_replicas=self.settings.static_replicas,
             default_span_s=self.settings.default_batch_span_s,
+            default_first_s=self.settings.default_first_arrival_s,
             warm_start=dict(self._previous) or None,
             scale_down_margin_s=self.settings.scale_down_margin_s,
             scale_up_lookahead_s=self.settings.scale_up_lookahead_s,

@@ -42,6 +42,11 @@ class CompressedRun:
     stages: list[str]
 
 
+DEFAULT_SPAN_TRACE_S = 900.0
+DEFAULT_FIRST_TRACE_S = 30.0
+"""First-batch fallback arrivals (trace seconds): what the planner assumes before any history."""
+
+
 async def run_compressed(
     trace: Path,
     speedup: float,
@@ -56,7 +61,8 @@ async def run_compressed(
         cfg.write_text(yaml.safe_dump(compressed_pipelines(meta, speedup)))
         # times the planner reasons in are compressed like the trace (15 s margin in trace time)
         overrides = {
-            "default_batch_span_s": 900.0 / speedup,
+            "default_batch_span_s": DEFAULT_SPAN_TRACE_S / speedup,
+            "default_first_arrival_s": DEFAULT_FIRST_TRACE_S / speedup,
             "scale_down_margin_s": 15.0 / speedup,
             **planner_overrides,
         }

@@ -83,7 +83,9 @@ def profile_arrays(
         if not learn:
             return default
         finished = [f for b in ctx.batches if b.reward_type == batch.reward_type for f in b.finished]
-        return learned_profile(default, finished, names, ctx.options.learn_min_finished)
+        return learned_profile(
+            default, finished, names, ctx.options.learn_min_finished, ctx.now - batch.anchor, batch.submitted
+        )
     return _resize(to_arrays(profile, names, source), batch.size)
 
 

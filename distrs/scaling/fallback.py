@@ -77,7 +77,7 @@ def default_profile(
     options: PolicyOptions,
 ) -> ProfileArrays:
     n = max(int(size), 1)
-    r = np.linspace(options.default_first_s, options.default_span_s, n)
+    r = np.linspace(min(options.default_first_s, options.default_span_s), options.default_span_s, n)
     row = np.array(
         [
             t * options.default_stage_fraction if name in set(type_stages) else 0.0
@@ -92,14 +92,26 @@ def learned_profile(
     finished: Sequence[Mapping[str, float]],
     stage_names: Sequence[str],
     min_finished: int,
+    elapsed_s: float,
+    submitted: int,
 ) -> ProfileArrays:
     """``default`` with its stage times replaced by those of ``finished`` requests, in turn
-    (request i gets finished[i mod n]: deterministic, and every sample used equally)."""
-    if min_finished <= 0 or len(finished) < min_finished or default.r.size == 0:
+    (request i gets finished[i mod n]: deterministic, and every sample used equally), and its
+    arrivals stretched or squeezed to the batch's own pace: ``submitted`` of its requests came
+    in the ``elapsed_s`` since the anchor, so the last one is expected at
+    elapsed · size / submitted (never later than the default's). Without that, a batch whose
+    rollout is faster than the default span would keep the default's late T_b, and a plan with
+    real, short stage times would see slack it does not have."""
+    n = default.r.size
+    if min_finished <= 0 or len(finished) < min_finished or n == 0:
         return default
     rows = np.array([[f.get(name, 0.0) for name in stage_names] for f in finished], dtype=float)
-    idx = np.arange(default.r.size) % rows.shape[0]
-    return ProfileArrays(default.r, rows[idx], "in-batch")
+    idx = np.arange(n) % rows.shape[0]
+    r = default.r
+    if submitted > 0 and elapsed_s > 0:
+        last = min(elapsed_s * n / submitted, float(r.max()))
+        r = np.linspace(min(float(r.min()), last), last, n)
+    return ProfileArrays(r, rows[idx], "in-batch")
 
 
 def choose_profile(

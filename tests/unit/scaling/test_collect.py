@@ -131,6 +131,17 @@ def test_a_first_batch_learns_stage_times_from_finished_requests():
     assert wl.service.tolist() == [[4.0, 1.0], [8.0, 0.0], [4.0, 1.0], [8.0, 0.0], [4.0, 1.0]]
 
 
+def test_a_learning_first_batch_keeps_its_own_arrival_pace():
+    # 2 of 5 requests came in the 40 s since the anchor: the last is due at 40 * 5 / 2 = 100 s,
+    # not at the default's 150 s; arrivals spread evenly from the default's first (30 s) to it.
+    opts = PolicyOptions(default_first_s=30.0, default_span_s=150.0, learn_min_finished=2)
+    done = [{"compile": 4.0, "execute": 1.0}] * 2
+    wl = collect(ctx([batch(size=5, submitted=2, finished=done)], histories={}, now=140.0, options=opts))
+    assert wl.debug["sources"] == {"a/b1": "in-batch"}
+    assert wl.arrival.tolist() == [165.0, 182.5, 200.0]  # the 3 still to come
+    assert wl.batch_T.tolist() == [100.0 + 100.0 + 5.0]
+
+
 def test_running_request_longer_than_the_whole_profile_goes_on_like_its_longest():
     # Every profile compile ran at most 6 s; a compile already at 9 s is planned to run to its
     # timeout and then to execute like the longest compile (6 s, then 3 s of execute).
