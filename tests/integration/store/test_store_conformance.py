@@ -455,15 +455,12 @@ async def test_snapshot_shows_the_stage_times_of_finished_requests(store: QueueS
     # A first batch learns its stage times from its own finished requests (scaling/fallback.py).
     await register(store, batch="b", size=3)
     await store.submit([req("r1"), req("r2"), req("r3")], 100.0)
-    first = await store.lease("compile", "w", 101.0, 30.0)
-    assert first is not None
-    await store.complete(first.lease_id, "w", 104.0, 3.0, "execute", None, None, "next")
-    run = await store.lease("execute", "w", 105.0, 30.0)
-    assert run is not None
-    await store.complete(run.lease_id, "w", 106.5, 1.5, None, None, ok(), "final")
-    second = await store.lease("compile", "w", 107.0, 30.0)
-    assert second is not None
-    await store.complete(second.lease_id, "w", 109.0, 2.0, None, None, ok(), "final")
+    for stage, start, run_s, then in (("compile", 101.0, 3.0, "execute"), ("execute", 105.0, 1.5, None),
+                                      ("compile", 107.0, 2.0, None)):  # fmt: skip
+        lease = await store.lease(stage, "w", start, 30.0)
+        assert lease is not None
+        result, status = (None, "next") if then else (ok(), "final")
+        await store.complete(lease.lease_id, "w", start + run_s, run_s, then, None, result, status)
     before = {b.batch.batch_id: b for b in (await store.snapshot(110.0)).batches}["b"]
     assert sorted(before.finished, key=len) == [
         {"compile": pytest.approx(2.0)},
