@@ -110,7 +110,8 @@ def bench_scenarios(quick: bool) -> list[dict]:
 
 
 def _subset(cluster: ClusterSpec, per_type: int, name: str) -> ClusterSpec:
-    nodes, left = [], {}
+    nodes = []
+    left: dict[str, int] = {}
     for n in cluster.nodes:
         have = left.setdefault(n.gpu, per_type)
         if have <= 0:
@@ -128,7 +129,7 @@ def bench_areal() -> dict:
     t0 = time.perf_counter()
     r24 = areal_hex.schedule(cm_for(small, wf))
     t24 = time.perf_counter() - t0
-    rows = {}
+    rows: dict[str, dict[str, float] | None] = {}
     for label, cluster in (
         ("hetero 24 H800 + 24 H20", "areal-hex-h800-h20.yaml"),
         ("32 H800", "areal-hex-h800-32.yaml"),
