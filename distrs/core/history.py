@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,14 @@ class BatchProfile:
 FINISHED_SAMPLE = 256
 """A store's snapshot shows at most this many finished requests' s_j per active batch (what a
 first batch learns its stage times from, ``distrs.scaling.fallback``)."""
+
+T = TypeVar("T")
+
+
+def finished_sample(items: Sequence[T]) -> list[T]:
+    """At most FINISHED_SAMPLE of ``items``, evenly spaced (all of them when there are fewer)."""
+    step = max(len(items) / FINISHED_SAMPLE, 1.0)
+    return [items[int(j * step)] for j in range(min(len(items), FINISHED_SAMPLE))]
 
 
 def estimate_completion(history: Sequence[BatchProfile], anchor: float, default_span_s: float) -> float:

@@ -67,6 +67,12 @@ def floor_pending(
     return out
 
 
+def in_flight(ctx: PlanContext, stage: str) -> int:
+    """Requests running or queued at ``stage`` now, over every active batch: the workers a
+    re-plan never takes away."""
+    return sum(len(b.running_elapsed.get(stage, ())) + b.queued.get(stage, 0) for b in ctx.batches)
+
+
 def _estimates(wl: Workload) -> dict[tuple[str, str], float]:
     return {key: float(t) for key, t in zip(wl.batch_keys, wl.batch_T, strict=True)}
 
@@ -121,8 +127,7 @@ def with_hysteresis(ctx: PlanContext, wl: Workload, timeout_aware: bool, res: Se
         safe = _search(ctx, wl, timeout_aware, margin, within).replicas
         out = {k: max(n, min(current.get(k, 0), safe[k])) for k, n in out.items()}
     for k, n in out.items():
-        busy = sum(len(b.running_elapsed.get(k, ())) + b.queued.get(k, 0) for b in ctx.batches)
-        out[k] = max(n, min(current.get(k, 0), busy))
+        out[k] = max(n, min(current.get(k, 0), in_flight(ctx, k)))
     return out
 
 
@@ -156,8 +161,7 @@ def with_lookahead(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> 
     for name, peak in zip(names, peaks, strict=True):
         have = current.get(name, 0)
         if down:
-            busy = sum(len(b.running_elapsed.get(name, ())) + b.queued.get(name, 0) for b in ctx.batches)
-            out[name] = min(out[name], max(peak, busy))
+            out[name] = min(out[name], max(peak, in_flight(ctx, name)))
         elif out[name] > have:
             out[name] = max(have, min(out[name], peak))
     return out

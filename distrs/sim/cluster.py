@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from distrs.core.history import FINISHED_SAMPLE, BatchProfile, RequestProfile
+from distrs.core.history import BatchProfile, RequestProfile, finished_sample
 from distrs.core.priority import QueuePolicy
 from distrs.scaling.context import ActiveBatch, Decision, OracleBatch, PlanContext, PolicyOptions
 from distrs.scaling.policies import plan
@@ -352,10 +352,12 @@ class _Replay:
         )
 
     def _finished_sample(self, b: int) -> list[dict[str, float]]:
-        """What the store's snapshot shows: up to FINISHED_SAMPLE finished requests' s_j."""
-        done = self.b_finished[b]
-        step = max(len(done) / FINISHED_SAMPLE, 1.0)
-        pick = [done[int(j * step)] for j in range(min(len(done), FINISHED_SAMPLE))]
+        """What the store's snapshot shows: up to FINISHED_SAMPLE finished requests' s_j. Every
+        batch here has one reward type, so once any task has history the planner never reads
+        it (``collect.profile_arrays``), and a decision does not pay for building it."""
+        if self.histories:
+            return []
+        pick = finished_sample(self.b_finished[b])
         return [{n: s for n, s in zip(self.names, self.s_list[i], strict=True) if s > 0} for i in pick]
 
     def _decide(self, t: float, scale_up_only: bool = False) -> None:

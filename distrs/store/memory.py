@@ -12,7 +12,7 @@ import uuid
 from collections import deque
 
 from distrs.core.accounting import finish_batch, request_profile
-from distrs.core.history import FINISHED_SAMPLE, BatchProfile, estimate_completion
+from distrs.core.history import BatchProfile, estimate_completion, finished_sample
 from distrs.core.model import BatchInfo, Lease, RequestRecord, RequestState, Result, StageRecord, Status
 from distrs.core.priority import QueuePolicy, sort_key
 from distrs.store.base import BatchLive, CompleteOutcome, Event, NewRequest, Snapshot, SubmitOutcome
@@ -370,8 +370,6 @@ class MemoryStore:
                     live.running_elapsed.setdefault(rec.stage, []).append(max(0.0, now - started))
                 else:
                     live.finished.append(request_profile(batch, rec).s)
-            if len(live.finished) > FINISHED_SAMPLE:  # evenly spaced over submission order
-                step = len(live.finished) / FINISHED_SAMPLE
-                live.finished = [live.finished[int(i * step)] for i in range(FINISHED_SAMPLE)]
+            live.finished = finished_sample(live.finished)  # evenly spaced over submission order
             snap.batches.append(live)
         return snap
