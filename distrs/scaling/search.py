@@ -18,6 +18,11 @@ Differences from the paper's pseudocode, and why:
   below its useful concurrency and the capped allocation fails. Then the search returns the
   capped upper bounds (never more than ``max_replicas``, never more than useful) and
   ``satisfiable=False``.
+* **Lower end.** The bisection starts at the larger of ⌈work / window⌉ and the timeout rule's
+  bound (``Simulator.no_wait_bound``): requests that must not wait need a worker free when they
+  arrive, and so does everything that arrived before them and still runs. Counts below either
+  fail for certain. The rule's bound is often the answer itself (a stage whose batches are all
+  in their tails), so it is probed first: one simulation instead of a dozen.
 * **Warm start.** With the previous decision as a hint, the search probes the hint and hint−1
   first; when the workload has not changed much that settles the stage in two simulations.
   The result is the same minimum the bisection would find when the simulation is monotone.
@@ -159,6 +164,14 @@ def search(
         def sat(n: int, k: int = k) -> bool:
             num[k] = n
             return sim.run(num).satisfied
+
+        # Fewer workers than the timeout rule's bound fail for certain; the bound is often the
+        # answer itself, which one probe then settles.
+        bound = min(sim.no_wait_bound(k, num), hi)
+        if bound > lo:
+            if sat(bound):
+                hi = bound
+            lo = min(bound + 1, hi)
 
         hint = (warm_start or {}).get(names[k])
         if hint is not None and lo <= hint < hi:

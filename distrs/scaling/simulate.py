@@ -264,6 +264,55 @@ class Simulator:
             self.record[k] = (np.concatenate([b0, start]), np.concatenate([e0, t[idx]]))
         return None
 
+    def _ready_at(self, k: int, reps: tuple[int, ...]) -> F64 | None:
+        """Ready times with stages before k served by ``reps[:k]`` (None: one of them failed)."""
+        if k == 0:
+            return self.wl.arrival.copy()
+        hit = self._cache.get(reps[:k])
+        if hit is not None:
+            return None if hit[1] is not None else hit[0].copy()
+        t: F64 = self.wl.arrival.copy()
+        for j in range(k):
+            if self._stage(j, reps[j], t, reps[:j]) is not None:
+                return None
+        return t
+
+    def no_wait_bound(self, k: int, replicas: Sequence[int]) -> int:
+        """Fewer workers than this at stage k fail for certain, the stages before it as given.
+
+        Under the timeout-aware rule a request that joins stage k's queue after its latest
+        queuing time must find a worker free the moment it arrives. A worker is free then only
+        if every request that reached the stage earlier has started (a freed worker always takes
+        a waiting request), so each of those whose arrival + s_k is later still holds one, and
+        so does every request already running at stage k that has not finished (when fewer
+        workers than running requests are kept, the kept ones finish last, all busy then). N_k
+        must cover those plus the arriving request at each such arrival. The bisection starts
+        here: probes below it would only fail.
+        """
+        if not self.timeout_aware or not self._queue[k].size:
+            return 0
+        reps = tuple(int(x) for x in replicas)
+        t = self._ready_at(k, reps)
+        if t is None:
+            return 0
+        upstream = reps[:k]
+        prep = self._prep.get(upstream)
+        if prep is None:
+            prep = self._prepare(k, t)
+            self._prep[upstream] = prep
+        _, svc, arr_l, _, _, wait_limit, _ = prep
+        arr = np.asarray(arr_l)  # ascending
+        fixed = np.flatnonzero(np.asarray(wait_limit) <= arr)
+        if not fixed.size:
+            return 0
+        a = arr[fixed]
+        ends = np.sort(arr + svc)
+        earlier = np.searchsorted(arr, a, side="left") - np.searchsorted(ends, a, side="right")
+        run = self._run[k]
+        run_ends = np.sort(t[run] + self.wl.service[run, k])
+        running = run_ends.size - np.searchsorted(run_ends, a, side="right")
+        return int((earlier + running).max()) + 1
+
     def run(self, replicas: Sequence[int]) -> SimResult:
         """Simulate with ``replicas[k]`` workers at pipeline stage k."""
         self.runs += 1

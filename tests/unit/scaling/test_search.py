@@ -7,7 +7,7 @@ import pytest
 
 from distrs.core.priority import QueuePolicy
 from distrs.scaling.search import deadlines, request_floors, search, useful_concurrency, work_lower_bounds
-from distrs.scaling.simulate import simulate
+from distrs.scaling.simulate import Simulator, simulate
 
 from .build import ONE, TWO, workload
 
@@ -106,3 +106,58 @@ def test_result_satisfies_and_one_less_does_not_when_monotone():
     dl, _ = deadlines(wl, 1.0)
     assert simulate(wl, [n], dl, QueuePolicy.FCFS, timeout_aware=False).satisfied
     assert not simulate(wl, [n - 1], dl, QueuePolicy.FCFS, timeout_aware=False).satisfied
+
+
+def test_no_wait_bound_by_hand():
+    # Deadline 10 with a 100 s timeout: every request arriving after −90 must not wait. At t = 1
+    # the two requests of t = 0 (ending at 3) still run, so three workers are needed; a request
+    # already running until t = 10 holds a fourth.
+    wl = workload(ONE, [0.0, 0.0, 1.0, 5.0], [[3.0]] * 4, batch_T=[10.0])
+    sim = Simulator(wl, np.array([10.0]))
+    assert sim.no_wait_bound(0, [1]) == 3
+    assert not sim.run([2]).satisfied and sim.run([3]).satisfied
+    running = workload(
+        ONE, [0.0, 0.0, 0.0, 1.0, 5.0], [[10.0]] + [[3.0]] * 4, batch_T=[10.0], running=[1, 0, 0, 0, 0]
+    )
+    sim = Simulator(running, np.array([20.0]))
+    assert sim.no_wait_bound(0, [1]) == 4
+    assert not sim.run([3]).satisfied and sim.run([4]).satisfied
+    assert Simulator(wl, np.array([10.0]), timeout_aware=False).no_wait_bound(0, [1]) == 0
+
+
+@pytest.mark.parametrize("check", ["enqueue", "start"])
+@pytest.mark.parametrize("seed", range(6))
+def test_no_wait_bound_never_cuts_off_a_passing_allocation(seed, check):
+    """Every count below the bound fails, for either stage, with running requests and three
+    batches under EBF (the bound is what the search starts its bisection from)."""
+    rng = np.random.default_rng(seed)
+    n = 60
+    running = rng.random(n) < 0.1
+    arrival = np.where(running, 0.0, np.sort(rng.uniform(0, 120, n)))
+    service = rng.uniform(1, 40, (n, 2)) * (rng.random((n, 2)) < 0.8)
+    service[service.sum(axis=1) == 0, 0] = 5.0
+    first = np.where(running & (rng.random(n) < 0.5) & (service[:, 1] > 0), 1, 0)
+    service[first == 1, 0] = 0.0
+    running &= service[np.arange(n), first] > 0
+    wl = workload(TWO, arrival, service, batch=rng.integers(0, 3, n), first_stage=first, running=running)
+    dl, _ = deadlines(wl, 2.0)
+    sim = Simulator(wl, dl, timeout_check=check)
+    ub = useful_concurrency(wl)
+    for k in (0, 1):
+        reps = list(ub)
+        bound = sim.no_wait_bound(k, reps)
+        for m in range(1, bound):
+            reps[k] = m
+            assert not sim.run(reps).satisfied, (k, m, bound)
+
+
+def test_search_with_the_bound_matches_the_brute_force_minimum():
+    # One stage, FCFS, timeout-aware: the tail of the batch must not wait, so the bound is set.
+    rng = np.random.default_rng(11)
+    wl = workload(ONE, np.sort(rng.uniform(0, 150, 120)), rng.uniform(1, 15, (120, 1)))
+    dl, _ = deadlines(wl, 1.0)
+    sim = Simulator(wl, dl, QueuePolicy.FCFS)
+    assert sim.no_wait_bound(0, [1]) > 1
+    res = search(wl, ONE, 1.0, policy=QueuePolicy.FCFS)
+    brute = next(n for n in range(1, 121) if simulate(wl, [n], dl, QueuePolicy.FCFS).satisfied)
+    assert res.replicas["run"] == brute
