@@ -1,11 +1,16 @@
 """Turning live store state into the pure scaling input (``PlanContext``).
 
 The store's snapshot gives Alg. 2's Queuing_k / Running_k (with elapsed time) per active batch;
-``history`` gives each task's last K batch profiles. This module only reshapes data.
+``history`` gives each task's last K batch profiles. This module only reshapes data. The
+sample of finished requests is read only for reward types without any history (a second
+snapshot, while a deployment's first batches run).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+from distrs.core.history import BatchProfile
 from distrs.core.stages import PipelineTable
 from distrs.scaling.context import ActiveBatch, PlanContext, PolicyOptions
 from distrs.store.base import QueueStore, Snapshot
@@ -31,6 +36,19 @@ def active_batches(snap: Snapshot, default_type: str) -> list[ActiveBatch]:
     return out
 
 
+def reward_types_without_history(
+    batches: Sequence[ActiveBatch], histories: Mapping[str, Sequence[BatchProfile]]
+) -> set[str]:
+    """Reward types none of whose active tasks has a finished batch: their batches are planned
+    from the finished requests of the type's active batches (``scaling/fallback.py``)."""
+    known = set()
+    for b in batches:
+        profiles = histories.get(b.task) or ()
+        if profiles:
+            known.add(profiles[-1].reward_type or b.reward_type)
+    return {b.reward_type for b in batches} - known
+
+
 async def build_context(
     store: QueueStore,
     table: PipelineTable,
@@ -43,8 +61,13 @@ async def build_context(
 ) -> PlanContext:
     snap = await store.snapshot(now)
     batches = active_batches(snap, default_type)
-    tasks = sorted({b.task for b in batches})
-    histories = {t: await store.history(t) for t in tasks}
+    histories = {t: await store.history(t) for t in sorted({b.task for b in batches})}
+    learning = reward_types_without_history(batches, histories)
+    if learning:  # first batches of these types learn from their finished requests
+        snap = await store.snapshot(now, finished_types=learning)
+        batches = active_batches(snap, default_type)
+        for t in sorted({b.task for b in batches} - histories.keys()):
+            histories[t] = await store.history(t)
     return PlanContext(
         now=now,
         stages=list(table.stages.values()),

@@ -20,6 +20,7 @@ Semantics every implementation must keep:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
@@ -63,7 +64,8 @@ class BatchLive(BaseModel):
     queued: dict[str, int] = Field(default_factory=dict)
     queued_since: dict[str, list[float]] = Field(default_factory=dict)
     running_elapsed: dict[str, list[float]] = Field(default_factory=dict)
-    # s_j per stage of up to FINISHED_SAMPLE of the batch's finished requests (a sample).
+    # s_j per stage of up to FINISHED_SAMPLE of the batch's finished requests (a sample), filled
+    # only for the reward types a snapshot asks for (``QueueStore.snapshot``).
     finished: list[dict[str, float]] = Field(default_factory=list)
 
 
@@ -162,4 +164,9 @@ class QueueStore(Protocol):
         """Events after id ``after`` ("0" for all), waiting up to ``timeout_s`` for one."""
         ...
 
-    async def snapshot(self, now: float) -> Snapshot: ...
+    async def snapshot(self, now: float, finished_types: Collection[str] = ()) -> Snapshot:
+        """Active batches with their queued and running requests. Batches of the reward types in
+        ``finished_types`` also carry a sample of their finished requests' stage times, which
+        only a type's first batches need (``scaling/fallback.py``); reading it for every batch
+        at every decision would cost one sample of up to FINISHED_SAMPLE profiles per batch."""
+        ...

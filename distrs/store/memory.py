@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import uuid
 from collections import deque
+from collections.abc import Collection
 
 from distrs.core.accounting import finish_batch, request_profile
 from distrs.core.history import BatchProfile, estimate_completion, finished_sample
@@ -346,7 +347,7 @@ class MemoryStore:
             got = pending()
         return got
 
-    async def snapshot(self, now: float) -> Snapshot:
+    async def snapshot(self, now: float, finished_types: Collection[str] = ()) -> Snapshot:
         snap = Snapshot(now=now)
         # Depth is counted from the records below: heaps may hold stale entries.
         snap.queue_depth = dict.fromkeys(self._queues, 0)
@@ -358,6 +359,7 @@ class MemoryStore:
             if batch.complete:
                 continue
             live = BatchLive(batch=batch.model_copy())
+            sample = batch.reward_type in finished_types
             for rid in self._batch_requests[key]:
                 rec = self._requests[(batch.task, rid)]
                 if rec.state is RequestState.QUEUED:
@@ -368,7 +370,7 @@ class MemoryStore:
                     ls = by_request_lease.get((batch.task, rid))
                     started = ls.started_at if ls else now
                     live.running_elapsed.setdefault(rec.stage, []).append(max(0.0, now - started))
-                else:
+                elif sample:
                     live.finished.append(request_profile(batch, rec).s)
             live.finished = finished_sample(live.finished)  # evenly spaced over submission order
             snap.batches.append(live)

@@ -33,7 +33,7 @@ import itertools
 import logging
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -689,7 +689,7 @@ class RedisStore:
 
     # planner -------------------------------------------------------------------------------
 
-    async def snapshot(self, now: float) -> Snapshot:
+    async def snapshot(self, now: float, finished_types: Collection[str] = ()) -> Snapshot:
         k = self.keys
 
         async def gather() -> Snapshot:
@@ -716,7 +716,8 @@ class RedisStore:
                         p.zrange(h["k_queued"], 0, -1, withscores=True)
                     else:
                         p.echo("")
-                    if h.get("k_profile"):  # a random sample of finished requests' profiles
+                    if h.get("k_profile") and h.get("reward_type") in finished_types:
+                        # a random sample of finished requests' profiles
                         p.hrandfield(h["k_profile"], FINISHED_SAMPLE, withvalues=True)
                     else:
                         p.echo("")

@@ -461,11 +461,17 @@ async def test_snapshot_shows_the_stage_times_of_finished_requests(store: QueueS
         assert lease is not None
         result, status = (None, "next") if then else (ok(), "final")
         await store.complete(lease.lease_id, "w", start + run_s, run_s, then, None, result, status)
-    before = {b.batch.batch_id: b for b in (await store.snapshot(110.0)).batches}["b"]
+    before = {
+        b.batch.batch_id: b for b in (await store.snapshot(110.0, finished_types={"synthetic"})).batches
+    }["b"]
     assert sorted(before.finished, key=len) == [
         {"compile": pytest.approx(2.0)},
         {"compile": pytest.approx(3.0), "execute": pytest.approx(1.5)},
     ]
+    # Only the reward types asked for carry the sample (the planner asks while a type has no history).
+    for types in ((), {"math"}):
+        plain = {b.batch.batch_id: b for b in (await store.snapshot(110.0, finished_types=types)).batches}
+        assert plain["b"].finished == [] and plain["b"].running_elapsed == before.running_elapsed
 
 
 # waiting ---------------------------------------------------------------------------------------
