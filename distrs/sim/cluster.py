@@ -357,7 +357,7 @@ class _Replay:
         it (``collect.profile_arrays``), and a decision does not pay for building it."""
         if self.histories:
             return []
-        pick = finished_sample(self.b_finished[b])
+        pick = finished_sample(sorted(self.b_finished[b]))  # submission order, as the store
         return [{n: s for n, s in zip(self.names, self.s_list[i], strict=True) if s > 0} for i in pick]
 
     def _decide(self, t: float, scale_up_only: bool = False) -> None:
