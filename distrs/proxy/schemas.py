@@ -54,6 +54,10 @@ class HeartbeatRequest(_Strict):
     worker_id: str = Field(pattern=_ID)
 
 
+class ReleaseRequest(_Strict):
+    worker_id: str = Field(pattern=_ID)
+
+
 class ResultIn(_Strict):
     status: Status
     score: float = Field(0.0, ge=-1e9, le=1e9)

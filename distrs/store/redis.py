@@ -63,6 +63,7 @@ _SCRIPTS = (
     "get_lease",
     "heartbeat",
     "complete",
+    "release",
     "requeue_expired",
 )
 # Script error code -> (exception, message template, the request field it is about).
@@ -601,6 +602,15 @@ class RedisStore:
             ],
         )
         return CompleteOutcome(request=self._request_from_hash(_pairs(out[1])), batch_completed=bool(out[0]))
+
+    async def release(self, lease_id: str, worker_id: str, now: float) -> None:
+        k = self.keys
+        self._lease_cache.pop(lease_id, None)
+        await self._run(
+            "release",
+            [k.lease(lease_id), k.leases(), k.stages()],
+            [_num(now), worker_id, lease_id, self._policy, k.work_channel()],
+        )
 
     async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
         k = self.keys

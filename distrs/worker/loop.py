@@ -37,6 +37,7 @@ class WorkerStats:
     completed: int = 0
     rejected: int = 0
     errors: int = 0
+    released: int = 0  # leases given back unworked while draining
     busy_s: float = 0.0
     last_error: str | None = None
     by_status: dict[str, int] = field(default_factory=dict)
@@ -115,6 +116,11 @@ class Worker:
         lease = self.client.lease(self.stage, self.worker_id, self.wait_s)
         if lease is None:
             return False
+        if self._draining.is_set():
+            # Told to stop while it waited: the planner has already counted this worker out,
+            # so the request goes back to the queue for one it still counts.
+            self._give_back(lease["lease_id"])
+            return False
         self.stats.leases += 1
         self.busy = True
         try:
@@ -122,6 +128,13 @@ class Worker:
         finally:
             self.busy = False
         return True
+
+    def _give_back(self, lease_id: str) -> None:
+        try:
+            self.client.release(lease_id, self.worker_id)
+            self.stats.released += 1
+        except (LeaseRejected, ProxyUnavailable) as exc:  # it expires and is requeued instead
+            log.warning("could not give back lease %s: %s", lease_id, exc)
 
     def _handle(self, lease: dict[str, Any]) -> None:
         stop_hb = threading.Event()

@@ -1,4 +1,4 @@
-"""The worker's view of the proxy: lease, heartbeat, complete over HTTP.
+"""The worker's view of the proxy: lease, heartbeat, complete, release over HTTP.
 
 Kept behind a small Protocol so the pull loop is tested with a fake of *this* wrapper, never of
 the HTTP library. Transient failures (connection errors, 5xx, 429) raise ``ProxyUnavailable``;
@@ -30,6 +30,8 @@ class ProxyClient(Protocol):
     def heartbeat(self, lease_id: str, worker_id: str) -> None: ...
 
     def complete(self, lease_id: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def release(self, lease_id: str, worker_id: str) -> None: ...
 
     def close(self) -> None: ...
 
@@ -68,6 +70,11 @@ class HttpProxyClient:
             raise LeaseRejected(r.status_code, r.text)
         out: dict[str, Any] = r.json()
         return out
+
+    def release(self, lease_id: str, worker_id: str) -> None:
+        r = self._post(f"/v1/leases/{lease_id}/release", {"worker_id": worker_id})
+        if r.status_code != 200:
+            raise LeaseRejected(r.status_code, r.text)
 
     def close(self) -> None:
         self._http.close()

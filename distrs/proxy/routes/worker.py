@@ -23,7 +23,7 @@ from distrs.proxy.auth import Role
 from distrs.proxy.deps import AppState, authorize
 from distrs.proxy.errors import ApiError, invalid
 from distrs.proxy.responses import JSONResponse
-from distrs.proxy.schemas import CompleteRequest, HeartbeatRequest, LeaseRequest
+from distrs.proxy.schemas import CompleteRequest, HeartbeatRequest, LeaseRequest, ReleaseRequest
 from distrs.rewards.routing import next_stage
 
 router = APIRouter(prefix="/v1/leases", tags=["worker"])
@@ -76,6 +76,16 @@ async def heartbeat(lease_id: str, request: Request) -> JSONResponse:
     body = await _parse(request, HeartbeatRequest)
     deadline = await st.store.heartbeat(lease_id, body.worker_id, st.clock(), st.settings.lease_ttl_s)
     return JSONResponse({"lease_id": lease_id, "deadline": deadline})
+
+
+@router.post("/{lease_id}/release", openapi_extra=_body_doc(ReleaseRequest))
+async def release(lease_id: str, request: Request) -> JSONResponse:
+    """Give a live lease back unworked: the request goes back to its place in the queue and the
+    attempt does not count (a worker that was told to stop while it waited for work)."""
+    st, _ = authorize(request, Role.WORKER)
+    body = await _parse(request, ReleaseRequest)
+    await st.store.release(lease_id, body.worker_id, st.clock())
+    return JSONResponse({"lease_id": lease_id, "released": True})
 
 
 @router.post("/{lease_id}/complete", openapi_extra=_body_doc(CompleteRequest))

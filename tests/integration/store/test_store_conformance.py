@@ -279,6 +279,30 @@ async def test_lease_errors(store: QueueStore) -> None:
     assert rec is not None and rec.state is RequestState.RUNNING and rec.result is None
 
 
+async def test_released_lease_goes_back_to_its_place_without_an_attempt(store: QueueStore) -> None:
+    await register(store, size=3)
+    await store.submit([req("r1"), req("r2"), req("r3")], 100.0)
+    first = await store.lease("compile", "w1", 101.0, 10.0)
+    assert first is not None and first.request_id == "r1" and first.attempt == 1
+    with pytest.raises(LeaseNotYours):
+        await store.release(first.lease_id, "w2", 102.0)
+    with pytest.raises(UnknownLease):
+        await store.release("nope", "w1", 102.0)
+    await store.release(first.lease_id, "w1", 102.0)
+    with pytest.raises(UnknownLease):  # given back: gone
+        await store.release(first.lease_id, "w1", 102.5)
+    snap = await store.snapshot(103.0)
+    assert snap.running == {} and snap.queue_depth == {"compile": 3}
+    assert snap.batches[0].queued_since == {"compile": [pytest.approx(100.0)] * 3}
+    again = await store.lease("compile", "w2", 103.0, 10.0)  # ahead of r2, attempt not counted
+    assert again is not None and again.request_id == "r1" and again.attempt == 1
+    late = await store.lease("compile", "w3", 103.0, 1.0)
+    assert late is not None
+    with pytest.raises(LeaseExpired):
+        await store.release(late.lease_id, "w3", 105.0)
+    assert not [e for e in await store.events("0", 0) if e.type == "lease_expired"]
+
+
 async def test_expired_lease_is_requeued_then_internal_error(store: QueueStore) -> None:
     await register(store, size=2)
     await store.submit([req("r1"), req("r2")], 100.0)

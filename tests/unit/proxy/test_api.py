@@ -150,6 +150,22 @@ async def test_lease_not_yours_and_expired(api: Api) -> None:
     assert again["request_id"] == "r0" and again["attempt"] == 2
 
 
+async def test_release_gives_the_lease_back(api: Api) -> None:
+    await register(api)
+    await api.trainer.post("/v1/requests", json=req(0))
+    ls = await lease(api, "compile", "w1")
+    r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker": "w1"})
+    assert r.status_code == 422 and "worker_id" in error(r)["message"]
+    r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w2"})
+    assert r.status_code == 403 and error(r)["code"] == "lease_not_yours"
+    r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w1"})
+    assert r.status_code == 200 and r.json() == {"lease_id": ls["lease_id"], "released": True}
+    r = await api.trainer.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w1"})
+    assert r.status_code == 403  # a trainer token may not
+    again = await lease(api, "compile", "w2")
+    assert again["request_id"] == "r0" and again["attempt"] == 1
+
+
 async def test_batch_over_declared_size_rejects_whole_call(api: Api) -> None:
     await register(api, size=2)
     r = await api.trainer.post("/v1/requests", json={"requests": [req(0), req(1), req(2)]})

@@ -18,9 +18,16 @@ class FakeProxy:
         self.completed: list[tuple[str, dict[str, Any]]] = []
         self.heartbeats: list[str] = []
         self.fail_complete: list[Exception] = []
+        self.released: list[tuple[str, str]] = []
+        self.on_lease: Any = None  # called while the long-poll "waits"
 
     def lease(self, stage: str, worker_id: str, wait_s: float) -> dict[str, Any] | None:
+        if self.on_lease is not None:
+            self.on_lease()
         return self.leases.pop(0) if self.leases else None
+
+    def release(self, lease_id: str, worker_id: str) -> None:
+        self.released.append((lease_id, worker_id))
 
     def heartbeat(self, lease_id: str, worker_id: str) -> None:
         self.heartbeats.append(lease_id)
@@ -151,6 +158,20 @@ def test_drain_finishes_current_lease_and_takes_no_new_one() -> None:
     assert not t.is_alive()
     assert [lid for lid, _ in proxy.completed] == ["L1"] and len(proxy.leases) == 1
     assert w.readiness() == (False, "draining")
+
+
+def test_work_handed_out_after_a_drain_request_is_given_back_unrun() -> None:
+    # The drain comes while the worker waits in its long-poll, which then returns a lease.
+    proxy = FakeProxy([lease(1), lease(2)])
+    h = Handler(StageOutput.final(Status.OK, 1.0))
+    w = make(proxy, h)
+    proxy.on_lease = w.request_drain
+    t = threading.Thread(target=w.run)
+    t.start()
+    t.join(5)
+    assert not t.is_alive()
+    assert proxy.released == [("L1", "w1")] and proxy.completed == [] and h.seen == []
+    assert w.stats.released == 1 and len(proxy.leases) == 1
 
 
 def test_complete_retries_when_proxy_unavailable_and_gives_up_on_rejection() -> None:
