@@ -6,16 +6,9 @@
 --       7 artifacts JSON ('' = keep), 8 result JSON without request_id and stages, 9 status,
 --       10 policy, 11 result ttl, 12 history K, 13 events maxlen, 14 work channel, 15 result channel
 -- Returns {batch_completed (0|1), request hash as field, value, ...}.
-local l = redis.call('HMGET', KEYS[1], 'worker', 'state', 'deadline', 'k_req', 'stage',
-  'queued_s')
-if not l[1] or l[2] ~= 'live' then
-  return fail('unknown_lease', {lease_id = ARGV[3]})
-end
-if l[1] ~= ARGV[2] then
-  return fail('lease_not_yours', {lease_id = ARGV[3]})
-end
-if tonumber(l[3]) < tonumber(ARGV[1]) then
-  return fail('lease_expired', {lease_id = ARGV[3], deadline = tonumber(l[3])})
+local l, err = live_lease(KEYS[1], ARGV[1], ARGV[2], ARGV[3], 'k_req', 'stage', 'queued_s')
+if not l then
+  return err
 end
 local now = ARGV[1]
 local reqkey = l[4]

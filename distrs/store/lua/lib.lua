@@ -10,6 +10,22 @@ local function fail(code, details)
   return redis.error_reply('DISTRS ' .. code .. ' ' .. cjson.encode(details))
 end
 
+-- A live lease owned by worker_id at now: its fields {worker, state, deadline, ...extra}, or
+-- nil and the error reply (unknown, another worker's, or expired).
+local function live_lease(lkey, now, worker_id, lease_id, ...)
+  local l = redis.call('HMGET', lkey, 'worker', 'state', 'deadline', ...)
+  if not l[1] or l[2] ~= 'live' then
+    return nil, fail('unknown_lease', {lease_id = lease_id})
+  end
+  if l[1] ~= worker_id then
+    return nil, fail('lease_not_yours', {lease_id = lease_id})
+  end
+  if tonumber(l[3]) < tonumber(now) then
+    return nil, fail('lease_expired', {lease_id = lease_id, deadline = tonumber(l[3])})
+  end
+  return l
+end
+
 local function append_json(arr, item)
   if arr == nil or arr == false or arr == '' or arr == '[]' then
     return '[' .. item .. ']'

@@ -3,15 +3,9 @@
 -- KEYS: 1 lease key, 2 leases, 3 stages
 -- ARGV: 1 now, 2 worker_id, 3 lease_id, 4 policy, 5 work channel
 -- Returns the stage.
-local l = redis.call('HMGET', KEYS[1], 'worker', 'state', 'deadline', 'k_req', 'k_queue', 'stage')
-if not l[1] or l[2] ~= 'live' then
-  return fail('unknown_lease', {lease_id = ARGV[3]})
-end
-if l[1] ~= ARGV[2] then
-  return fail('lease_not_yours', {lease_id = ARGV[3]})
-end
-if tonumber(l[3]) < tonumber(ARGV[1]) then
-  return fail('lease_expired', {lease_id = ARGV[3], deadline = tonumber(l[3])})
+local l, err = live_lease(KEYS[1], ARGV[1], ARGV[2], ARGV[3], 'k_req', 'k_queue', 'stage')
+if not l then
+  return err
 end
 local reqkey = l[4]
 redis.call('DEL', KEYS[1])
