@@ -183,11 +183,17 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                 unit="s",
             ),
             Panel(
-                "Lease expiries",
-                "Worker leases that expired and were requeued (a worker died or stalled).",
+                "Lease expiries and give-backs",
+                "Worker leases that expired and were requeued (a worker died or stalled), and leases "
+                "given back unworked by workers told to stop (scale-downs).",
                 (
                     Query(
-                        f"sum by (stage) (increase(distrs_lease_expiries_total{{{NS}}}{RATE}))", "{{stage}}"
+                        f"sum by (stage) (increase(distrs_lease_expiries_total{{{NS}}}{RATE}))",
+                        "expired {{stage}}",
+                    ),
+                    Query(
+                        f"sum by (stage) (increase(distrs_lease_releases_total{{{NS}}}{RATE}))",
+                        "given back {{stage}}",
                     ),
                 ),
             ),

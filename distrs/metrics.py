@@ -69,6 +69,12 @@ class Metrics:
         self.lease_expiries = Counter(
             "distrs_lease_expiries_total", "Leases that expired and were requeued", ["stage"], registry=r
         )
+        self.lease_releases = Counter(
+            "distrs_lease_releases_total",
+            "Leases given back unworked by workers told to stop (requeued at their place)",
+            ["stage"],
+            registry=r,
+        )
         self.requests_submitted = Counter(
             "distrs_requests_submitted_total", "Requests accepted", ["reward_type"], registry=r
         )

@@ -116,6 +116,7 @@ def create_app(
     metrics = metrics or Metrics()
     for stage in table.stages:  # labels exist from the start so increase() sees the first expiry
         metrics.lease_expiries.labels(stage)
+        metrics.lease_releases.labels(stage)
     state = AppState(settings=settings, store=store, table=table, metrics=metrics, tokens=tokens, clock=clock)
 
     @contextlib.asynccontextmanager

@@ -142,10 +142,10 @@ class QueueStore(Protocol):
         """Finish a lease: move on to ``next_stage`` (with artifacts) or record ``result``."""
         ...
 
-    async def release(self, lease_id: str, worker_id: str, now: float) -> None:
+    async def release(self, lease_id: str, worker_id: str, now: float) -> str:
         """Give a live lease back unworked: the request returns to its place in the stage queue
-        and the attempt does not count. A worker told to stop while it was waiting for work
-        may still be handed a request; it gives it back instead of running it."""
+        and the attempt does not count; returns the stage. A worker told to stop while it was
+        waiting for work may still be handed a request; it gives it back instead of running it."""
         ...
 
     async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:

@@ -290,13 +290,14 @@ class MemoryStore:
         )
         return True
 
-    async def release(self, lease_id: str, worker_id: str, now: float) -> None:
+    async def release(self, lease_id: str, worker_id: str, now: float) -> str:
         lease = self._live_lease(lease_id, worker_id, now)
         del self._leases[lease_id]
         rec = self._requests[(lease.task, lease.request_id)]
         rec.state = RequestState.QUEUED
         rec.attempts -= 1
         self._enqueue(rec)  # same sort key: back at its place
+        return lease.stage
 
     async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
         expired = [lease for lease in self._leases.values() if lease.deadline < now]

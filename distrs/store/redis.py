@@ -603,10 +603,10 @@ class RedisStore:
         )
         return CompleteOutcome(request=self._request_from_hash(_pairs(out[1])), batch_completed=bool(out[0]))
 
-    async def release(self, lease_id: str, worker_id: str, now: float) -> None:
+    async def release(self, lease_id: str, worker_id: str, now: float) -> str:
         k = self.keys
         self._lease_cache.pop(lease_id, None)
-        await self._run(
+        return await self._run(
             "release",
             [k.lease(lease_id), k.leases(), k.stages()],
             [_num(now), worker_id, lease_id, self._policy, k.work_channel()],

@@ -84,7 +84,8 @@ async def release(lease_id: str, request: Request) -> JSONResponse:
     attempt does not count (a worker that was told to stop while it waited for work)."""
     st, _ = authorize(request, Role.WORKER)
     body = await _parse(request, ReleaseRequest)
-    await st.store.release(lease_id, body.worker_id, st.clock())
+    stage = await st.store.release(lease_id, body.worker_id, st.clock())
+    st.metrics.lease_releases.labels(stage).inc()
     return JSONResponse({"lease_id": lease_id, "released": True})
 
 

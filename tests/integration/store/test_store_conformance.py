@@ -288,7 +288,7 @@ async def test_released_lease_goes_back_to_its_place_without_an_attempt(store: Q
         await store.release(first.lease_id, "w2", 102.0)
     with pytest.raises(UnknownLease):
         await store.release("nope", "w1", 102.0)
-    await store.release(first.lease_id, "w1", 102.0)
+    assert await store.release(first.lease_id, "w1", 102.0) == "compile"
     with pytest.raises(UnknownLease):  # given back: gone
         await store.release(first.lease_id, "w1", 102.5)
     snap = await store.snapshot(103.0)

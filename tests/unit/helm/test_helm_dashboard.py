@@ -45,6 +45,7 @@ def test_every_query_uses_exported_metrics() -> None:
         "distrs_requests_finished_total",
         "distrs_planner_decision_seconds_bucket",
         "distrs_lease_expiries_total",
+        "distrs_lease_releases_total",
     ):
         assert family in used, f"the dashboard does not show {family}"
     assert any("histogram_quantile(0.99" in e and "extra_delay" in e for e in exprs)

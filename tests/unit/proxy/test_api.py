@@ -160,6 +160,7 @@ async def test_release_gives_the_lease_back(api: Api) -> None:
     assert r.status_code == 403 and error(r)["code"] == "lease_not_yours"
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w1"})
     assert r.status_code == 200 and r.json() == {"lease_id": ls["lease_id"], "released": True}
+    assert 'distrs_lease_releases_total{stage="compile"} 1.0' in (await api.anon.get("/metrics")).text
     r = await api.trainer.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w1"})
     assert r.status_code == 403  # a trainer token may not
     again = await lease(api, "compile", "w2")
