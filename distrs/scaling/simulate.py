@@ -224,6 +224,18 @@ class Simulator:
             rank_l = rank.tolist()
         return idx, svc, arr.tolist(), svc.tolist(), rank_l, no_wait, limit
 
+    def _prepared(self, k: int, t: F64, upstream: tuple[int, ...]) -> tuple[Any, ...]:
+        """``_prepare`` memoised by the upstream allocation: stage k's arrivals depend only on
+        the stages before it, so the queue is reused while the search probes this stage (or a
+        later one) with the earlier ones fixed."""
+        prep = self._prep.get(upstream)
+        if prep is None:
+            prep = self._prepare(k, t)
+            if len(self._prep) > 64:
+                self._prep.clear()
+            self._prep[upstream] = prep
+        return prep
+
     def _stage(self, k: int, n_workers: int, t: F64, upstream: tuple[int, ...]) -> SimResult | None:
         """Serve stage k in place on ``t`` (ready times); a SimResult when a check fails."""
         wl = self.wl
@@ -242,15 +254,7 @@ class Simulator:
         else:  # surplus busy workers retire when free: the N latest finishers remain
             free = ends[ends.size - n_workers :].tolist()
         heapq.heapify(free)
-        # Stage k's arrivals depend only on the stages before it: reuse the prepared queue
-        # while the search probes this stage (or a later one) with the earlier ones fixed.
-        prep = self._prep.get(upstream)
-        if prep is None:
-            prep = self._prepare(k, t)
-            if len(self._prep) > 64:
-                self._prep.clear()
-            self._prep[upstream] = prep
-        idx, svc, arr_l, svc_l, rank_l, no_wait, limit = prep
+        idx, svc, arr_l, svc_l, rank_l, no_wait, limit = self._prepared(k, t, upstream)
         if rank_l is not None:
             out = serve_priority(arr_l, svc_l, rank_l, free, no_wait, limit)
         else:
@@ -264,18 +268,32 @@ class Simulator:
             self.record[k] = (np.concatenate([b0, start]), np.concatenate([e0, t[idx]]))
         return None
 
-    def _ready_at(self, k: int, reps: tuple[int, ...]) -> F64 | None:
-        """Ready times with stages before k served by ``reps[:k]`` (None: one of them failed)."""
-        if k == 0:
-            return self.wl.arrival.copy()
-        hit = self._cache.get(reps[:k])
-        if hit is not None:
-            return None if hit[1] is not None else hit[0].copy()
+    def _through(self, reps: tuple[int, ...], end: int) -> tuple[F64, SimResult | None]:
+        """Ready times after stages [0, end) served by ``reps``, and the first failure if any.
+
+        Resumes from the longest cached prefix (stages before k are fixed while the search
+        probes stage k) and caches each stage it serves, except the last of the pipeline."""
+        m = self.wl.num_stages
         t: F64 = self.wl.arrival.copy()
-        for j in range(k):
-            if self._stage(j, reps[j], t, reps[:j]) is not None:
-                return None
-        return t
+        begin = 0
+        for k in range(end, 0, -1):
+            hit = self._cache.get(reps[:k])
+            if hit is not None:
+                cached_t, failed = hit
+                if failed is not None:
+                    return cached_t, failed
+                t = cached_t.copy()
+                begin = k
+                break
+        for k in range(begin, end):
+            failed = self._stage(k, reps[k], t, reps[:k])
+            if k + 1 < m:
+                if len(self._cache) > 128:
+                    self._cache.clear()
+                self._cache[reps[: k + 1]] = (t.copy() if failed is None else t, failed)
+            if failed is not None:
+                return t, failed
+        return t, None
 
     def no_wait_bound(self, k: int, replicas: Sequence[int]) -> int:
         """Fewer workers than this at stage k fail for certain, the stages before it as given.
@@ -292,15 +310,10 @@ class Simulator:
         if not self.timeout_aware or not self._queue[k].size:
             return 0
         reps = tuple(int(x) for x in replicas)
-        t = self._ready_at(k, reps)
-        if t is None:
+        t, failed = self._through(reps, k)
+        if failed is not None:
             return 0
-        upstream = reps[:k]
-        prep = self._prep.get(upstream)
-        if prep is None:
-            prep = self._prepare(k, t)
-            self._prep[upstream] = prep
-        _, svc, arr_l, _, _, wait_limit, _ = prep
+        _, svc, arr_l, _, _, wait_limit, _ = self._prepared(k, t, reps[:k])
         arr = np.asarray(arr_l)  # ascending
         fixed = np.flatnonzero(np.asarray(wait_limit) <= arr)
         if not fixed.size:
@@ -319,26 +332,9 @@ class Simulator:
         wl = self.wl
         m = wl.num_stages
         reps = tuple(int(x) for x in replicas)
-        # Longest cached prefix: stages before k are fixed while the search probes stage k.
-        t: F64 = wl.arrival.copy()
-        begin = 0
-        for k in range(m, 0, -1):
-            hit = self._cache.get(reps[:k])
-            if hit is not None:
-                cached_t, failed = hit
-                if failed is not None:
-                    return failed
-                t = cached_t.copy()
-                begin = k
-                break
-        for k in range(begin, m):
-            failed = self._stage(k, reps[k], t, reps[:k])
-            if k + 1 < m:
-                if len(self._cache) > 128:
-                    self._cache.clear()
-                self._cache[reps[: k + 1]] = (t.copy() if failed is None else t, failed)
-            if failed is not None:
-                return failed
+        t, failed = self._through(reps, m)
+        if failed is not None:
+            return failed
         finish = np.full(len(wl.batch_keys), -np.inf)
         if wl.n:
             np.maximum.at(finish, wl.batch, t)
