@@ -27,6 +27,13 @@ class StoreSettings(_Base):
         600.0, gt=0, description="Assumed batch span T for a task with no history (EBF priority)."
     )
     result_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="How long finished batches are kept.")
+    redis_connect_timeout_s: float = Field(5.0, gt=0, description="Longest wait to open a Redis connection.")
+    redis_keepalive_s: float = Field(
+        10.0,
+        ge=1,
+        description="TCP keepalive idle time on Redis connections: a dead connection fails after "
+        "about 2.5 times this (see store/redis_client.py).",
+    )
 
 
 class ProxySettings(StoreSettings):

@@ -51,6 +51,7 @@ from distrs.core.priority import QueuePolicy
 from distrs.store import errors
 from distrs.store.base import BatchLive, CompleteOutcome, Event, NewRequest, Snapshot, SubmitOutcome
 from distrs.store.keys import EVENTS_MAXLEN, Keys
+from distrs.store.redis_client import connect
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ class RedisStore:
     @classmethod
     def from_url(cls, url: str, settings: StoreSettings | None = None, **kwargs: Any) -> RedisStore:
         """A store over a new client for ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
-        client = aioredis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+        client = connect(url, settings or StoreSettings.model_validate({}))
         return cls(client, settings, **kwargs)
 
     # lifecycle -----------------------------------------------------------------------------

@@ -1,0 +1,63 @@
+"""The Redis client the store uses, with dead-connection detection.
+
+Why: the store's calls wait on Redis replies, some of them for long on purpose (``XREAD BLOCK``
+for the planner's events, the pub/sub connection that wakes lease long-polls). If the network
+drops a connection without a FIN or RST (a node lost, a partition, a NAT entry gone), the peer
+never answers and a read blocks until the kernel gives up on its own, which for an idle TCP
+connection is hours. A read timeout would not do: it would have to stay above the longest
+``XREAD BLOCK`` and would fire on every quiet pub/sub interval. TCP keepalive probes the peer
+instead: after ``redis_keepalive_s`` of silence the kernel sends probes every half of that, and
+after three unanswered ones the connection fails, the call raises, and the store's retry or
+reconnect logic takes over. So a dead Redis connection is found within about
+2.5 × ``redis_keepalive_s``, and a live one that is simply quiet is never touched.
+
+``socket_connect_timeout`` bounds a connect to an address that does not answer at all (a
+blackholed Service IP), which would otherwise wait for the kernel's SYN retries (~2 minutes).
+
+Keepalive applies to TCP URLs (``redis://``, ``rediss://``); a ``unix://`` socket has no network
+in between and gets only the connect timeout.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+
+from distrs.config import StoreSettings
+
+KEEPALIVE_PROBES = 3
+HEALTH_CHECK_INTERVAL_S = 30
+
+
+def keepalive_options(idle_s: float) -> dict[int, int]:
+    """TCP keepalive settings for ``idle_s``: first probe after idle_s, then every idle_s / 2,
+    the connection failing after ``KEEPALIVE_PROBES`` unanswered probes. Only the options this
+    platform has (Linux has all three; others may lack some and keep their defaults)."""
+    idle = max(1, round(idle_s))
+    wanted = {
+        "TCP_KEEPIDLE": idle,
+        "TCP_KEEPINTVL": max(1, idle // 2),
+        "TCP_KEEPCNT": KEEPALIVE_PROBES,
+    }
+    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
+
+
+def client_options(url: str, settings: StoreSettings) -> dict[str, Any]:
+    """Keyword arguments for ``redis.asyncio.Redis.from_url``."""
+    opts: dict[str, Any] = {
+        "decode_responses": True,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+        "socket_connect_timeout": settings.redis_connect_timeout_s,
+    }
+    if urlsplit(url).scheme in ("redis", "rediss"):
+        opts["socket_keepalive"] = True
+        opts["socket_keepalive_options"] = keepalive_options(settings.redis_keepalive_s)
+    return opts
+
+
+def connect(url: str, settings: StoreSettings) -> aioredis.Redis:
+    """A client for ``url``; connections are opened lazily, on first use."""
+    return aioredis.Redis.from_url(url, **client_options(url, settings))
