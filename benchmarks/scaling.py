@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,9 @@ TRACES = {
         ("distrs", "history", "zq-dedicated", "ideal"),
     ),
 }
+
+
+EBF_ITERATIONS = (0, 10, 25, 45)
 
 
 def get_trace(name: str, gen: GeneratorParams) -> tuple[Trace, str]:
@@ -123,23 +127,45 @@ def main() -> None:
         "execute",
     )
 
+    # Fig. 14. Which two batches are paired moves the ratio a lot, so four pairings spread over the
+    # trace are all measured; the target reads their median. The table and plot show the first.
     colo, _ = get_trace("cuda-colocated", TRACES["cuda-colocated"][0])
     counts = [*list(range(8, 41, 2)), 44, 48, 52, 56, 64]
     t0 = time.perf_counter()
-    points = ebf_sweep(two_batch_trace(colo, 100.0, 25), counts)
-    needed = {str(th): gpus_needed(points, th) for th in (2.0, 5.0, 10.0)}
+    pairings = []
+    for it in EBF_ITERATIONS:
+        points = ebf_sweep(two_batch_trace(colo, 100.0, it), counts)
+        needed = {str(th): gpus_needed(points, th) for th in (2.0, 5.0, 10.0)}
+        five = needed["5.0"]
+        ratio = round(five["fcfs"] / five["ebf"], 3) if five["ebf"] and five["fcfs"] else None
+        pairings.append(
+            {
+                "iteration": it,
+                "points": [p.__dict__ for p in points],
+                "gpus_needed": needed,
+                "ratio_5s": ratio,
+            }
+        )
+        if it == EBF_ITERATIONS[0]:
+            plot_ebf(points, OUT / "scaling-ebf.png")
+            md += [
+                f"### EBF vs FCFS (two batches 100 s apart, CPU unconstrained; Fig. 14; iteration {it})",
+                "",
+                ebf_markdown(points, needed),
+            ]
+    ratios_5s = [p["ratio_5s"] for p in pairings if p["ratio_5s"] is not None]
+    ebf_median = round(statistics.median(ratios_5s), 3) if ratios_5s else None
     report["ebf"] = {
-        "iteration": 25,
         "gap_s": 100.0,
-        "points": [p.__dict__ for p in points],
-        "gpus_needed": needed,
+        "pairings": pairings,
+        "median_ratio_5s": ebf_median,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
-    plot_ebf(points, OUT / "scaling-ebf.png")
     md += [
-        "### EBF vs FCFS (two batches 100 s apart, CPU unconstrained; Fig. 14)",
+        "FCFS GPUs / EBF GPUs at mean d ≤ 5 s, per pairing (iteration of the first two tasks): "
+        + ", ".join(f"{p['iteration']}: {p['ratio_5s']}" for p in pairings)
+        + f"; median {ebf_median}",
         "",
-        ebf_markdown(points, needed),
     ]
 
     rt = planner_runtime((1, 2, 4, 8, 12, 16, 20, 24), repeats=3)
@@ -165,10 +191,7 @@ def main() -> None:
     single = report["traces"]["cuda-single"]["policies"]
     hd, dd = single["history"]["extra_delay_s"]["mean"], single["distrs"]["extra_delay_s"]["mean"]
     t["cuda-single: history mean d / distrs mean d"] = check(round(hd / dd, 2) if dd > 0 else None, ">=", 3.0)
-    five = needed["5.0"]
-    t["EBF: FCFS GPUs / EBF GPUs at mean d <= 5 s"] = check(
-        round(five["fcfs"] / five["ebf"], 3) if five["ebf"] and five["fcfs"] else None, ">=", 1.5
-    )
+    t["EBF: FCFS GPUs / EBF GPUs at mean d <= 5 s (median of the pairings)"] = check(ebf_median, ">=", 1.5)
     at16 = min(rt, key=lambda p: abs(p.requests - 16000))
     t[f"planner decision at {at16.requests} estimated requests (s)"] = check(
         round(at16.seconds, 3), "<=", 0.2
