@@ -3,7 +3,10 @@
 A discrete-event model of the reward service of DistRS Sec. 4 with the planner in the loop:
 
 * **Requests** enter the first stage they need at their trace arrival time, run ``s_<stage>`` at
-  each stage they reach (one request per worker) and leave after their last stage; per-stage
+  each stage they reach (one request per worker) and leave after their last stage (a request
+  with no stage time at all is done on arrival, or passes the first stage in
+  ``empty_request_s``, as the live service runs it; ``handoff_s`` adds a worker's lease and
+  completion round trips to each stage visit); per-stage
   queues are Earliest Batch First by the batch's estimated completion (Sec. 5.2), FCFS within
   a batch (or FCFS overall, ``queue_policy``).
 * **Decisions** (``distrs.scaling.policies.plan``) run at every rollout-start hint, first arrival
@@ -66,6 +69,18 @@ class ClusterParams:
     oracle_priority: bool = False
     """Rank EBF queues by each batch's true T instead of the policy's estimate (EBF experiment)."""
     reward_type: str = "cuda"
+    handoff_s: float = 0.0
+    """Worker time per stage visit on top of the run time: the lease and completion round trips
+    of a real worker, during which it is neither running a request nor free. Counts in the
+    allocated, not the busy, worker-seconds and not in T. Milliseconds in the live service, so
+    0 is right at trace scale; a time-compressed replay magnifies it (sim-vs-live)."""
+    empty_request_s: float = 0.0
+    """Run time at the first stage of a request the trace gives no stage time at all (a rollout
+    with no code to compile, status ``gen_failed``). 0: such a request never enters the service
+    and is done on arrival (the trace read literally, as in the paper's evaluation). > 0: it
+    queues at the first stage and takes a worker for this long, as in the live service, where
+    every request is submitted to its type's first stage and a worker there fails it at once
+    (``distrs replay`` submits these so); ``benchmarks/sim_vs_live.py`` sets it."""
     options: PolicyOptions = field(default_factory=PolicyOptions)
 
 
@@ -145,6 +160,11 @@ class _Replay:
         order = np.lexsort((trace.arrival, trace.iteration, trace.task))
         self.arr0 = trace.arrival[order]
         self.S = trace.s[order]
+        if params.empty_request_s > 0 and m:
+            empty = ~(self.S > 0).any(axis=1)
+            if empty.any():
+                self.S = self.S.copy()
+                self.S[empty, 0] = params.empty_request_s
         task = trace.task[order]
         it = trace.iteration[order]
         key = task * (int(it.max()) + 1 if it.size else 1) + it
@@ -266,7 +286,7 @@ class _Replay:
             self.started[i] = t
             s = self.s_list[i][k]
             self.busy_s[k] += s
-            self._push(t + s, _DONE, i, k)
+            self._push(t + s + self.p.handoff_s, _DONE, i, k)
 
     def _enqueue(self, i: int, k: int, t: float) -> None:
         b = self.req_batch[i]

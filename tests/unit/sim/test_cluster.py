@@ -52,6 +52,28 @@ def test_one_worker_queues_the_second_request():
     assert r.worker_seconds["run"] == pytest.approx(9.0)
 
 
+def test_a_request_without_stage_time_enters_the_service_only_when_told():
+    # one worker busy 1-5; an empty request (s = 0) arrives at 2
+    rows = [(0, 0, 0.0, 1.0, 4.0), (0, 0, 0.0, 2.0, 0.0)]
+    literal = replay(trace(rows), static(1))
+    assert literal.batches[0].completion == 5.0  # done on arrival, never queued
+    assert literal.busy_seconds == {"run": 4.0}
+    live = replay(trace(rows), static(1, empty_request_s=0.5))
+    # it waits for the worker and runs 0.5 s at the first stage, like a worker failing it at once
+    assert live.batches[0].completion == pytest.approx(5.5)
+    assert live.busy_seconds == {"run": pytest.approx(4.5)}
+    assert live.batches[0].earliest_completion == pytest.approx(5.0)
+
+
+def test_handoff_occupies_the_worker_but_is_not_busy_time_or_T():
+    r = replay(trace([(0, 0, 0.0, 1.0, 4.0), (0, 0, 0.0, 1.0, 4.0)]), static(1, handoff_s=0.25))
+    (b,) = r.batches
+    # first visit ends at 5.25, the second starts then and ends at 9.5
+    assert b.completion == pytest.approx(9.5) and b.earliest_completion == 5.0
+    assert r.busy_seconds == {"run": 8.0}
+    assert r.worker_seconds["run"] == pytest.approx(9.5)
+
+
 def test_cold_start_delays_work_when_not_hidden():
     # hint at 0, request at 1, workers usable at 5 → it finishes at 7 instead of 3
     r = replay(trace([(0, 0, 0.0, 1.0, 2.0)]), static(1, cold_start_s=5.0))
