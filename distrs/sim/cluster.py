@@ -77,7 +77,7 @@ class ClusterParams:
     empty_request_s: float = 0.0
     """Run time at the first stage of a request the trace gives no stage time at all (a rollout
     with no code to compile, status ``gen_failed``). 0: such a request never enters the service
-    and is done on arrival (the trace read literally, as in the paper's evaluation). > 0: it
+    and is done on arrival (the trace read literally; the scaling benchmark does so). > 0: it
     queues at the first stage and takes a worker for this long, as in the live service, where
     every request is submitted to its type's first stage and a worker there fails it at once
     (``distrs replay`` submits these so); ``benchmarks/sim_vs_live.py`` sets it."""
