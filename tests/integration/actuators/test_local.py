@@ -59,6 +59,10 @@ async def test_scale_up_down_and_drain_never_kills_work() -> None:
                 return bool(admin.get("/v1/stats").json()["running"].get("compile") == 2)
 
             await wait_for(both_running)
+            # The store counts a lease as running when it grants it; the worker thread takes a few
+            # ms more to receive it and start the handler, and a worker drained in that window gives
+            # the lease back by design (worker/loop.py). Let both start their 3 s runs first.
+            await asyncio.sleep(0.5)
             await act.set_replicas("compile", 0)  # two are busy: they must finish first
             assert (await act.observe())["compile"].ready == 0
             r = c.get("/v1/batches/t/b/results", params={"wait_s": 20}).json()
