@@ -27,7 +27,7 @@ if ARGV[6] ~= '' then
   redis.call('HSET', reqkey, 'state', 'queued', 'stage', ARGV[6], 'stage_enqueued_at', now,
     'attempts', 0)
   redis.call('HDEL', reqkey, 'lease')
-  enqueue(KEYS[3], KEYS[6], ARGV[6], reqkey, r[1], queue_score(ARGV[10], r[2]), now, ARGV[14])
+  enqueue(KEYS[3], KEYS[6], ARGV[6], reqkey, r[1], queue_score(ARGV[10], r[2]), now)
   redis.call('PUBLISH', ARGV[14], ARGV[6] .. '\n1')
 else
   local ctx = {active = KEYS[5], events = KEYS[4], chan_result = ARGV[15], ttl = ARGV[11],

@@ -47,7 +47,7 @@ local function queue_score(policy, bkey)
   return '0'
 end
 
-local function enqueue(qkey, stages_key, stage, reqkey, seq, score, now, chan_work)
+local function enqueue(qkey, stages_key, stage, reqkey, seq, score, now)
   local member = string.format('%020d', tonumber(seq)) .. reqkey
   redis.call('ZADD', qkey, score, member)
   local bq = redis.call('HGET', reqkey, 'k_queued')

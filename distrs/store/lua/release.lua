@@ -16,6 +16,6 @@ redis.call('HDEL', reqkey, 'lease')
 redis.call('HINCRBY', reqkey, 'attempts', -1)
 -- same member and score: back at its place in the batch's order (FCFS within the batch)
 -- and its queued time still counts from when it joined the stage
-enqueue(l[5], KEYS[3], l[6], reqkey, r[1], queue_score(ARGV[4], r[2]), r[3] or ARGV[1], ARGV[5])
+enqueue(l[5], KEYS[3], l[6], reqkey, r[1], queue_score(ARGV[4], r[2]), r[3] or ARGV[1])
 redis.call('PUBLISH', ARGV[5], l[6] .. '\n1')
 return l[6]

@@ -30,7 +30,7 @@ for _, lkey in ipairs(expired) do
       redis.call('HSET', reqkey, 'state', 'queued')
       redis.call('HDEL', reqkey, 'lease')
       -- same member and score: back at its place in the batch's order (FCFS within the batch)
-      enqueue(l[2], KEYS[4], l[3], reqkey, r[3], queue_score(ARGV[4], r[4]), now, ARGV[8])
+      enqueue(l[2], KEYS[4], l[3], reqkey, r[3], queue_score(ARGV[4], r[4]), now)
       redis.call('PUBLISH', ARGV[8], l[3] .. '\n1')
     end
     out[#out + 1] = l[5]

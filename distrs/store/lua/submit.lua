@@ -81,7 +81,7 @@ for g = 1, ngroups do
           'attempts', 0, 'seq', seq, 'artifacts', '{}', 'stages', '[]', 'k_batch', bkey,
           'k_queued', b[5])
         redis.call('RPUSH', b[4], req.key)
-        enqueue(req.qkey, KEYS[3], req.stage, req.key, seq, score, now, ARGV[5])
+        enqueue(req.qkey, KEYS[3], req.stage, req.key, seq, score, now)
         woken[req.stage] = (woken[req.stage] or 0) + 1
       end
     end
