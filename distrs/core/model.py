@@ -20,6 +20,7 @@ class Status(StrEnum):
     COMPILE_ERROR = "compile_error"
     RUNTIME_ERROR = "runtime_error"
     TIMEOUT = "timeout"
+    MEMORY_LIMIT_EXCEEDED = "memory_limit_exceeded"
     INVALID = "invalid"
     INTERNAL_ERROR = "internal_error"
 

@@ -31,6 +31,7 @@ from distrs.rewards.judge import (
     stage_budget,
 )
 from distrs.sandbox import Sandbox
+from distrs.sandbox import readiness as sandbox_readiness
 
 BINARY = "prog"
 BINARY_ARTIFACT = "binary"
@@ -49,7 +50,8 @@ class JudgedHandler(ABC):
         return self._sandbox or shared_sandbox()
 
     def ready(self) -> tuple[bool, str]:
-        return True, ""
+        """Not ready while this process cannot build a safe jail (unless given a sandbox)."""
+        return (True, "") if self._sandbox is not None else sandbox_readiness()
 
     def run(self, inp: StageInput) -> StageOutput:
         try:

@@ -36,6 +36,7 @@ from distrs.rewards.base import StageInput, StageOutput, register
 from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
 from distrs.rewards.python_reward import interpreter
 from distrs.sandbox import Limits, Sandbox, SandboxError
+from distrs.sandbox import readiness as sandbox_readiness
 
 CHILD_SOURCE = Path(__file__).with_name("math_child.py")
 
@@ -188,7 +189,7 @@ class VerifyHandler:
             import math_verify  # noqa: F401
         except ImportError as e:
             return False, f"math-verify not installed: {e}"
-        return True, ""
+        return (True, "") if self._sandbox is not None else sandbox_readiness()
 
     def _get_checker(self) -> MathChecker:
         if self._checker is None:
