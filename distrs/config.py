@@ -67,7 +67,14 @@ class ProxySettings(StoreSettings):
 class WorkerSettings(_Base):
     proxy_url: str = Field("http://127.0.0.1:8000", description="Proxy the worker pulls from.")
     stage: str = Field("compile", description="Stage this worker serves.")
-    token: str | None = Field(None, description="Bearer token with role worker.")
+    token: str | None = Field(
+        None,
+        description="Bearer token with role worker. The worker re-executes itself without it in its "
+        "environment (distrs/worker/isolation.py), so no process it starts can read it.",
+    )
+    token_file: str | None = Field(
+        None, description="File holding the worker token (read once at start; wins over token)."
+    )
     worker_id: str | None = Field(None, description="Stable id; defaults to hostname-pid.")
     wait_s: float = Field(20.0, gt=0, description="Long-poll time per lease request.")
     heartbeat_s: float = Field(5.0, gt=0, description="Heartbeat period while running a lease.")
@@ -76,6 +83,13 @@ class WorkerSettings(_Base):
     )
     health_port: int | None = Field(None, ge=0, le=65535, description="Port for /healthz and /readyz probes.")
     pipelines_file: str | None = Field(None, description="YAML overriding the built-in stages/types.")
+
+    def read_token(self) -> str | None:
+        """The token from ``token_file`` when set, else ``token``."""
+        if self.token_file:
+            with open(self.token_file, encoding="utf-8") as f:
+                return f.read().strip() or None
+        return self.token
 
 
 class PlannerSettings(StoreSettings):
