@@ -23,7 +23,6 @@ import contextlib
 import logging
 import os
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,54 +77,66 @@ def detect(explicit_root: str | None, mount: Path = V1_MOUNT) -> CgroupRoots | N
 
 
 class RunCgroup:
-    """The cgroup(s) of one run: created with its limits, joined by the trampoline, removed after."""
+    """The cgroup(s) runs join through the trampoline.
 
-    def __init__(self, roots: CgroupRoots, memory_bytes: int | None, pids: int | None) -> None:
-        name = f"distrs-run-{uuid.uuid4().hex[:12]}"
+    One per pool uid (named ``distrs-uid-N``), created once and reused by every run of that uid
+    (at most one at a time: a uid is reserved per session), because creating and removing a
+    cgroup per run costs milliseconds, mostly waiting for the dying PID namespace to leave it.
+    ``set`` applies a run's limits; ``oom_kills`` is read before and after a run.
+    """
+
+    def __init__(self, roots: CgroupRoots, name: str) -> None:
         self.version = roots.version
         self.memory = roots.memory / name
         self.pids = roots.pids / name if roots.pids is not None and roots.pids != roots.memory else None
-        self.memory.mkdir()
-        try:
-            if memory_bytes is not None:
-                if self.version == 2:
-                    _write(self.memory / "memory.max", str(memory_bytes))
-                    with contextlib.suppress(OSError):
-                        _write(self.memory / "memory.swap.max", "0")
-                else:
-                    _write(self.memory / "memory.limit_in_bytes", str(memory_bytes))
-                    with contextlib.suppress(OSError):  # only with swap accounting
-                        _write(self.memory / "memory.memsw.limit_in_bytes", str(memory_bytes))
-            if pids is not None:
-                target = self.memory if self.version == 2 and roots.pids is not None else self.pids
-                if target is not None:
-                    if target is self.pids:
-                        target.mkdir()
-                    _write(target / "pids.max", str(pids))
-        except OSError:
-            self.remove()
-            raise
+        self._has_pids = roots.pids is not None
+        self._limits: tuple[int | None, int | None] | None = None
+        self.memory.mkdir(exist_ok=True)
+        if self.pids is not None:
+            self.pids.mkdir(exist_ok=True)
+
+    def set(self, memory_bytes: int | None, pids: int | None) -> None:
+        """Apply a run's limits (only when they differ from the last run's)."""
+        if self._limits == (memory_bytes, pids):
+            return
+        self._limits = None
+        if self.version == 2:
+            _write(self.memory / "memory.max", "max" if memory_bytes is None else str(memory_bytes))
+            with contextlib.suppress(OSError):
+                _write(self.memory / "memory.swap.max", "0")
+        else:
+            value = "-1" if memory_bytes is None else str(memory_bytes)
+            # memsw (only with swap accounting) may never be below the memory limit: lift it first
+            with contextlib.suppress(OSError):
+                _write(self.memory / "memory.memsw.limit_in_bytes", "-1")
+            _write(self.memory / "memory.limit_in_bytes", value)
+            with contextlib.suppress(OSError):
+                _write(self.memory / "memory.memsw.limit_in_bytes", value)
+        if self._has_pids:
+            target = self.pids if self.pids is not None else self.memory
+            _write(target / "pids.max", "max" if pids is None else str(pids))
+        self._limits = (memory_bytes, pids)
 
     def trampoline(self) -> list[str]:
-        """``sh -c`` that moves itself into the run's cgroups, then execs the rest of argv."""
+        """``sh -c`` that moves itself into the cgroups, then execs the rest of argv."""
         dirs = [self.memory] + ([self.pids] if self.pids is not None else [])
         joins = " && ".join(f'echo 0 > "{d}/cgroup.procs"' for d in dirs)
         return ["/bin/sh", "-c", f'{joins} && exec "$@"', "distrs-cgroup"]
 
-    def oom_killed(self) -> bool:
-        """Whether the kernel killed a process of the run for exceeding the memory limit."""
+    def oom_kills(self) -> int:
+        """How many processes the kernel has killed in this cgroup for its memory limit."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"
         try:
             for line in (self.memory / name).read_text().splitlines():
                 key, _, value = line.partition(" ")
-                if key == "oom_kill" and int(value) > 0:
-                    return True
+                if key == "oom_kill":
+                    return int(value)
         except (OSError, ValueError):
-            return False
-        return False
+            return 0
+        return 0
 
     def remove(self) -> None:
-        """Remove the run's cgroups (retrying briefly: a PID namespace dies asynchronously)."""
+        """Remove the cgroups (retrying briefly: a PID namespace dies asynchronously)."""
         for d in (self.pids, self.memory):
             if d is None or not d.exists():
                 continue

@@ -21,6 +21,7 @@ import signal
 import stat
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -110,9 +111,10 @@ class LocalSession:
         mounts: Mounts | None = None,
     ) -> RunResult:
         sandbox = self._sandbox
-        cgroup = sandbox.run_cgroup(limits)
+        cgroup = sandbox.run_cgroup(self._uid, limits)
         try:
             trampoline = cgroup.trampoline() if cgroup is not None else []
+            oom_before = cgroup.oom_kills() if cgroup is not None else 0
             with sandbox.command(self, argv, limits, env, mounts, trampoline) as (cmd, cwd, popen_env, fds):
                 stdin_fd = _memfd(stdin)
                 try:
@@ -128,10 +130,10 @@ class LocalSession:
             got = collect(proc, wall_s=limits.wall_s, cap=limits.output_bytes, kill=kill)
             if sandbox.isolation == RLIMITS:
                 kill()  # daemons that left the process group but kept our uid
-            oom = cgroup.oom_killed() if cgroup is not None else False
+            oom = cgroup is not None and cgroup.oom_kills() > oom_before
         finally:
-            if cgroup is not None:
-                cgroup.remove()
+            if cgroup is not None and self._uid is None:
+                cgroup.remove()  # a one-off cgroup (runs without a pool uid)
         return _result(got, sandbox.isolation, oom)
 
     def spawn(
@@ -172,6 +174,7 @@ class LocalSandbox:
         if isolation == BWRAP:
             self._etc, self._seccomp = self._prepare_jail_files()
         self._lock = threading.Lock()
+        self._uid_cgroups: dict[int, RunCgroup] = {}
         self.reap_stale()
 
     def reap_stale(self) -> int:
@@ -264,16 +267,25 @@ class LocalSandbox:
             with self._uids.acquire() as uid:
                 yield uid
 
-    def run_cgroup(self, limits: Limits) -> RunCgroup | None:
-        """A cgroup for one run, where this process may create one."""
+    def run_cgroup(self, uid: int | None, limits: Limits) -> RunCgroup | None:
+        """The cgroup a run joins, with its limits set, where this process may create one: the
+        pool uid's own (kept across runs), else a one-off the caller removes."""
         if self._cgroups is None:
             return None
         # CUDA programs map far more than they use (memory_kind data): no memory cgroup for them.
         memory = limits.memory_bytes if limits.memory_kind is MemoryKind.AS else None
         try:
-            return RunCgroup(self._cgroups, memory, limits.nproc)
+            if uid is None:
+                cg = RunCgroup(self._cgroups, f"distrs-run-{uuid.uuid4().hex[:12]}")
+            else:
+                with self._lock:
+                    if uid not in self._uid_cgroups:
+                        self._uid_cgroups[uid] = RunCgroup(self._cgroups, f"distrs-uid-{uid}")
+                    cg = self._uid_cgroups[uid]
+            cg.set(memory, limits.nproc)
+            return cg
         except OSError as e:
-            raise SandboxError(f"cannot create the run's cgroup: {e}") from e
+            raise SandboxError(f"cannot set up the run's cgroup: {e}") from e
 
     @contextmanager
     def command(
