@@ -13,6 +13,10 @@ Semantics every implementation must keep:
   moves the request to the next stage (with artifacts) or records its final result, exactly once.
   ``requeue_expired`` puts expired leases back at the head of their batch's order; after
   ``max_attempts`` the request ends ``internal_error``.
+* Fencing: a lease is usable only by its holder (the credential that took it) and only while it is
+  live. An expired lease is refused (LeaseExpired) even before ``requeue_expired`` has run, and a
+  requeued or finished one is unknown, so a late heartbeat or completion from an old holder can
+  never overwrite the work of the request's next holder.
 * When the last request of a batch ends, the batch is complete: its profile joins the task's
   history (last K batches) and a ``batch_completed`` event is appended.
 * All times are passed in (``now``); the store never reads a clock for decisions.
@@ -112,8 +116,13 @@ class QueueStore(Protocol):
         """
         ...
 
-    async def lease(self, stage: str, worker_id: str, now: float, ttl_s: float) -> Lease | None:
-        """Take the head of ``stage``'s queue, or None when it is empty. Never blocks."""
+    async def lease(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, holder: str | None = None
+    ) -> Lease | None:
+        """Take the head of ``stage``'s queue, or None when it is empty. Never blocks.
+
+        ``holder`` is the identity of the credential taking the lease (``worker_id`` when None);
+        heartbeat, complete and release accept only that holder (LeaseNotYours otherwise)."""
         ...
 
     async def wait_for_work(self, stage: str, timeout_s: float) -> None:
@@ -124,14 +133,14 @@ class QueueStore(Protocol):
         """The live lease with this id (expired but not yet requeued ones included), or None."""
         ...
 
-    async def heartbeat(self, lease_id: str, worker_id: str, now: float, ttl_s: float) -> float:
+    async def heartbeat(self, lease_id: str, holder: str, now: float, ttl_s: float) -> float:
         """Extend a live lease; returns the new deadline. UnknownLease/LeaseNotYours/LeaseExpired."""
         ...
 
     async def complete(
         self,
         lease_id: str,
-        worker_id: str,
+        holder: str,
         now: float,
         run_s: float,
         next_stage: str | None,
@@ -142,7 +151,7 @@ class QueueStore(Protocol):
         """Finish a lease: move on to ``next_stage`` (with artifacts) or record ``result``."""
         ...
 
-    async def release(self, lease_id: str, worker_id: str, now: float) -> str:
+    async def release(self, lease_id: str, holder: str, now: float) -> str:
         """Give a live lease back unworked: the request returns to its place in the stage queue
         and the attempt does not count; returns the stage. A worker told to stop while it was
         waiting for work may still be handed a request; it gives it back instead of running it."""

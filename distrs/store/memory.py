@@ -181,7 +181,9 @@ class MemoryStore:
         return out
 
     # leases ----------------------------------------------------------------------------------
-    async def lease(self, stage: str, worker_id: str, now: float, ttl_s: float) -> Lease | None:
+    async def lease(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, holder: str | None = None
+    ) -> Lease | None:
         q = self._queues.get(stage)
         while q:
             _, _, task, rid = heapq.heappop(q)
@@ -198,6 +200,7 @@ class MemoryStore:
                 reward_type=rec.reward_type,
                 stage=stage,
                 worker_id=worker_id,
+                holder=worker_id if holder is None else holder,
                 payload=rec.payload,
                 artifacts=dict(rec.artifacts),
                 deadline=now + ttl_s,
@@ -215,25 +218,25 @@ class MemoryStore:
         lease = self._leases.get(lease_id)
         return lease.model_copy() if lease else None
 
-    def _live_lease(self, lease_id: str, worker_id: str, now: float) -> Lease:
+    def _live_lease(self, lease_id: str, holder: str, now: float) -> Lease:
         lease = self._leases.get(lease_id)
         if lease is None:
             raise UnknownLease(f"lease {lease_id!r} is unknown or already finished", field="lease_id")
-        if lease.worker_id != worker_id:
-            raise LeaseNotYours(f"lease {lease_id!r} belongs to another worker", field="worker_id")
+        if lease.holder != holder:
+            raise LeaseNotYours(f"lease {lease_id!r} was taken by another credential", field="lease_id")
         if lease.deadline < now:
             raise LeaseExpired(f"lease {lease_id!r} expired at {lease.deadline:.3f}", field="lease_id")
         return lease
 
-    async def heartbeat(self, lease_id: str, worker_id: str, now: float, ttl_s: float) -> float:
-        lease = self._live_lease(lease_id, worker_id, now)
+    async def heartbeat(self, lease_id: str, holder: str, now: float, ttl_s: float) -> float:
+        lease = self._live_lease(lease_id, holder, now)
         lease.deadline = now + ttl_s
         return lease.deadline
 
     async def complete(
         self,
         lease_id: str,
-        worker_id: str,
+        holder: str,
         now: float,
         run_s: float,
         next_stage: str | None,
@@ -241,13 +244,13 @@ class MemoryStore:
         result: Result | None,
         outcome: str,
     ) -> CompleteOutcome:
-        lease = self._live_lease(lease_id, worker_id, now)
+        lease = self._live_lease(lease_id, holder, now)
         del self._leases[lease_id]
         rec = self._requests[(lease.task, lease.request_id)]
         rec.stages.append(
             StageRecord(
                 name=lease.stage,
-                worker=worker_id,
+                worker=lease.worker_id,
                 queued_s=max(0.0, lease.started_at - rec.stage_enqueued_at),
                 run_s=run_s,
                 outcome=outcome,
@@ -290,8 +293,8 @@ class MemoryStore:
         )
         return True
 
-    async def release(self, lease_id: str, worker_id: str, now: float) -> str:
-        lease = self._live_lease(lease_id, worker_id, now)
+    async def release(self, lease_id: str, holder: str, now: float) -> str:
+        lease = self._live_lease(lease_id, holder, now)
         del self._leases[lease_id]
         rec = self._requests[(lease.task, lease.request_id)]
         rec.state = RequestState.QUEUED

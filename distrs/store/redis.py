@@ -41,7 +41,14 @@ import orjson
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError, ResponseError, TryAgainError
+from redis.exceptions import (
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from distrs.config import StoreSettings
@@ -86,7 +93,11 @@ _ERRORS: dict[str, tuple[type[errors.StoreError], str, str]] = {
         "batch_id",
     ),
     "unknown_lease": (errors.UnknownLease, "lease {lease_id!r} is unknown or already finished", "lease_id"),
-    "lease_not_yours": (errors.LeaseNotYours, "lease {lease_id!r} belongs to another worker", "worker_id"),
+    "lease_not_yours": (
+        errors.LeaseNotYours,
+        "lease {lease_id!r} was taken by another credential",
+        "lease_id",
+    ),
     "lease_expired": (errors.LeaseExpired, "lease {lease_id!r} expired at {deadline:.3f}", "lease_id"),
 }
 _BATCH_FIELDS = set(BatchInfo.model_fields)
@@ -306,7 +317,7 @@ class RedisStore:
     async def ping(self) -> bool:
         try:
             return bool(await self._r.ping())
-        except (RedisConnectionError, RedisTimeoutError, OSError):
+        except (RedisError, RuntimeError, OSError):
             return False
 
     async def _listen(self) -> None:
@@ -346,12 +357,22 @@ class RedisStore:
     # helpers -------------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run one Redis interaction; every failure Redis or redis-py can raise becomes a
+        StoreError: script errors by their code, everything else ``Unavailable`` (503).
+
+        ``RuntimeError`` is included because redis-py raises it from a connection whose health
+        check or read was interrupted (e.g. a read already pending on a connection a cancelled
+        call left behind); it says nothing about the request and must not become a 500.
+        """
         try:
             return await fn()
         except ResponseError as exc:
             raise self._translate(exc) from None
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise errors.Unavailable(f"redis unavailable: {exc}") from exc
+        except (RedisError, RuntimeError) as exc:
+            log.warning("redis call failed: %r", exc)
+            raise errors.Unavailable(f"redis unavailable: {type(exc).__name__}: {exc}") from exc
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         script = self._scripts[name]
@@ -369,7 +390,10 @@ class RedisStore:
         ):
             return errors.Unavailable(f"redis cannot serve now: {text}")
         if not text.startswith("DISTRS "):
-            return exc
+            # an error reply we do not know (a script error, WRONGTYPE from an operator's key):
+            # the store cannot serve this call now; the request itself was not at fault
+            log.error("redis error reply: %s", text)
+            return errors.Unavailable(f"redis cannot serve now: {text}")
         _, code, raw = text.split(" ", 2)
         details = orjson.loads(raw) if raw else {}
         if code not in _ERRORS or not isinstance(details, dict):
@@ -475,15 +499,18 @@ class RedisStore:
 
     # leases --------------------------------------------------------------------------------
 
-    async def lease(self, stage: str, worker_id: str, now: float, ttl_s: float) -> Lease | None:
+    async def lease(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, holder: str | None = None
+    ) -> Lease | None:
         k = self.keys
+        holder = worker_id if holder is None else holder
         self._seen_work.set((stage, self._work.generation(stage)))
         # unique across processes (random per-store prefix) without a urandom call per lease
         lease_id = f"{self._lease_prefix}{next(self._lease_counter):x}"
         out = await self._run(
             "lease",
             [k.queue(stage), k.leases(), k.lease(lease_id)],
-            [_num(now), _num(ttl_s), worker_id, lease_id, stage],
+            [_num(now), _num(ttl_s), worker_id, lease_id, stage, holder],
         )
         if not out:
             return None
@@ -496,6 +523,7 @@ class RedisStore:
             reward_type=reward_type,
             stage=stage,
             worker_id=worker_id,
+            holder=holder,
             payload=orjson.loads(payload),
             artifacts=orjson.loads(artifacts or "{}"),
             deadline=float(deadline),
@@ -526,7 +554,20 @@ class RedisStore:
         out = await self._run("get_lease", [self.keys.lease(lease_id)], [])
         if not out:
             return None
-        request_id, task, batch_id, stage, worker, deadline, attempt, started, rtype, payload, arts = out
+        (
+            request_id,
+            task,
+            batch_id,
+            stage,
+            worker,
+            deadline,
+            attempt,
+            started,
+            rtype,
+            payload,
+            arts,
+            holder,
+        ) = out
         return Lease(
             lease_id=lease_id,
             request_id=request_id,
@@ -535,6 +576,7 @@ class RedisStore:
             reward_type=rtype,
             stage=stage,
             worker_id=worker,
+            holder=holder or "",
             payload=orjson.loads(payload or "{}"),
             artifacts=orjson.loads(arts or "{}"),
             deadline=float(deadline),
@@ -548,10 +590,10 @@ class RedisStore:
         self._seen_work.set(None)
         await self._work.wait(stage, gen, min(timeout_s, self._wake_poll_s))
 
-    async def heartbeat(self, lease_id: str, worker_id: str, now: float, ttl_s: float) -> float:
+    async def heartbeat(self, lease_id: str, holder: str, now: float, ttl_s: float) -> float:
         k = self.keys
         out = await self._run(
-            "heartbeat", [k.lease(lease_id), k.leases()], [_num(now), _num(ttl_s), worker_id, lease_id]
+            "heartbeat", [k.lease(lease_id), k.leases()], [_num(now), _num(ttl_s), holder, lease_id]
         )
         deadline = float(out)
         cached = self._lease_cache.get(lease_id)
@@ -562,7 +604,7 @@ class RedisStore:
     async def complete(
         self,
         lease_id: str,
-        worker_id: str,
+        holder: str,
         now: float,
         run_s: float,
         next_stage: str | None,
@@ -588,7 +630,7 @@ class RedisStore:
             ],
             [
                 _num(now),
-                worker_id,
+                holder,
                 lease_id,
                 _num(run_s),
                 outcome,
@@ -604,13 +646,13 @@ class RedisStore:
         )
         return CompleteOutcome(request=self._request_from_hash(_pairs(out[1])), batch_completed=bool(out[0]))
 
-    async def release(self, lease_id: str, worker_id: str, now: float) -> str:
+    async def release(self, lease_id: str, holder: str, now: float) -> str:
         k = self.keys
         self._lease_cache.pop(lease_id, None)
         return await self._run(
             "release",
             [k.lease(lease_id), k.leases(), k.stages()],
-            [_num(now), worker_id, lease_id, self._policy, k.work_channel()],
+            [_num(now), holder, lease_id, self._policy, k.work_channel()],
         )
 
     async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:

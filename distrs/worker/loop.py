@@ -136,9 +136,17 @@ class Worker:
         except (LeaseRejected, ProxyUnavailable) as exc:  # it expires and is requeued instead
             log.warning("could not give back lease %s: %s", lease_id, exc)
 
+    def heartbeat_period(self, lease: dict[str, Any]) -> float:
+        """The proxy's requested period (a third of its lease TTL) when shorter than ours."""
+        asked = lease.get("heartbeat_s")
+        if isinstance(asked, int | float) and asked > 0:
+            return min(self.heartbeat_s, float(asked))
+        return self.heartbeat_s
+
     def _handle(self, lease: dict[str, Any]) -> None:
         stop_hb = threading.Event()
-        hb = threading.Thread(target=self._heartbeat, args=(lease["lease_id"], stop_hb), daemon=True)
+        period = self.heartbeat_period(lease)
+        hb = threading.Thread(target=self._heartbeat, args=(lease["lease_id"], stop_hb, period), daemon=True)
         hb.start()
         t0 = self.clock()
         try:
@@ -196,9 +204,14 @@ class Worker:
             log.exception("handler %s/%s failed", rt, self.stage)
             return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=f"{type(exc).__name__}: {exc}")
 
-    def _heartbeat(self, lease_id: str, stop: threading.Event) -> None:
-        while not stop.wait(self.heartbeat_s):
+    def _heartbeat(self, lease_id: str, stop: threading.Event, period: float) -> None:
+        while not stop.wait(period):
             try:
                 self.client.heartbeat(lease_id, self.worker_id)
-            except (ProxyUnavailable, LeaseRejected) as exc:
+            except ProxyUnavailable as exc:  # transient: the next beat may get through
                 log.warning("heartbeat for %s failed: %s", lease_id, exc)
+            except LeaseRejected as exc:
+                # expired and requeued (or not ours): another worker has it now; our completion
+                # will be refused, so there is nothing left to keep alive
+                log.warning("heartbeat for %s refused: %s", lease_id, exc)
+                return

@@ -60,7 +60,8 @@ class HttpProxyClient:
         return out
 
     def heartbeat(self, lease_id: str, worker_id: str) -> None:
-        r = self._post(f"/v1/leases/{lease_id}/heartbeat", {"worker_id": worker_id})
+        # short timeout: a beat stuck behind a slow proxy must not hold up the next one
+        r = self._post(f"/v1/leases/{lease_id}/heartbeat", {"worker_id": worker_id}, timeout=2.0)
         if r.status_code != 200:
             raise LeaseRejected(r.status_code, r.text)
 

@@ -1,4 +1,4 @@
-"""Worker-facing routes: lease (long-poll), heartbeat, complete.
+"""Worker-facing routes: lease (long-poll), heartbeat, complete, release.
 
 These are the proxy's hottest paths (two calls per request per stage), so they take the raw
 request, authorize it directly and validate the body with pydantic themselves instead of
@@ -8,23 +8,46 @@ OpenAPI schema still documents each body.
 A lease long-poll parks on the store's wake-up for its stage; it never spins. Completing moves the
 request to its next stage (with artifacts, size-capped) or records its final result; the metrics
 for run time, queue time, final status and batch extra delay are recorded here.
+
+Ownership: a lease belongs to the credential that took it, not to the ``worker_id`` in a body
+(which any caller can write). The holder is a short hash of the bearer token (one fixed identity
+under ``--insecure``); heartbeat, complete and release from another token get 403
+``lease_not_yours``. ``worker_id`` stays in the records for display.
+
+Recovery: the lease response tells the worker its heartbeat period, ``lease_ttl_s / 3``, so a
+lease whose worker stops is requeued by the reaper within about three heartbeat periods while a
+long run stays alive by its heartbeats.
+
+A lease whose body cannot be rendered (a payload the JSON encoder refuses) is never handed out
+and never left held: its request ends ``invalid`` with the reason, and the long-poll goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ValidationError
 
-from distrs.core.model import Result
+from distrs.core.model import Lease, Result, Status
 from distrs.proxy.auth import Role
 from distrs.proxy.deps import AppState, authorize
 from distrs.proxy.errors import ApiError, invalid
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.schemas import CompleteRequest, HeartbeatRequest, LeaseRequest, ReleaseRequest
 from distrs.rewards.routing import next_stage
+from distrs.store.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+# The holder identity every caller shares under --insecure (no tokens, local demos only).
+INSECURE_HOLDER = "insecure"
+# Heartbeats per lease TTL the proxy asks for: a lost lease is requeued after about this many
+# missed heartbeats.
+HEARTBEATS_PER_TTL = 3.0
 
 router = APIRouter(prefix="/v1/leases", tags=["worker"])
 M = TypeVar("M", bound=BaseModel)
@@ -33,6 +56,23 @@ M = TypeVar("M", bound=BaseModel)
 def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def holder_of(request: Request, st: AppState) -> str:
+    """The identity of the caller's credential: a short hash of its bearer token.
+
+    Only called after ``authorize`` accepted the token. The hash (not the token) is what the store
+    keeps, so a leaked store record reveals no credential.
+    """
+    if st.settings.insecure:
+        return INSECURE_HOLDER
+    token = request.headers.get("authorization", "").partition(" ")[2].strip()
+    return "tok-" + hashlib.sha256(token.encode()).hexdigest()[:24]
+
+
+def heartbeat_period(ttl_s: float) -> float:
+    """The heartbeat period a worker is told to keep: a third of the lease TTL."""
+    return ttl_s / HEARTBEATS_PER_TTL
 
 
 async def _parse(request: Request, model: type[M]) -> M:
@@ -56,13 +96,21 @@ async def lease(request: Request) -> Response:
             f"stage: unknown stage {body.stage!r}; known: {', '.join(st.table.stages)}",
             field="stage",
         )
+    holder = holder_of(request, st)
     st.workers[body.worker_id] = (body.stage, st.clock())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(body.wait_s, st.settings.max_wait_s)
+    ttl = st.settings.lease_ttl_s
     while True:
-        got = await st.store.lease(body.stage, body.worker_id, st.clock(), st.settings.lease_ttl_s)
+        got = await st.store.lease(body.stage, body.worker_id, st.clock(), ttl, holder=holder)
         if got is not None:
-            return JSONResponse(got.model_dump(mode="json"))
+            view = got.model_dump(mode="json", exclude={"holder"})
+            view["heartbeat_s"] = heartbeat_period(ttl)
+            try:
+                return JSONResponse(view)
+            except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
+                await _end_unrenderable(st, got, holder, exc)
+                continue
         left = deadline - loop.time()
         if left <= 0:
             return Response(status_code=204)
@@ -73,9 +121,10 @@ async def lease(request: Request) -> Response:
 async def heartbeat(lease_id: str, request: Request) -> JSONResponse:
     """Extend a live lease by the lease TTL."""
     st, _ = authorize(request, Role.WORKER)
-    body = await _parse(request, HeartbeatRequest)
-    deadline = await st.store.heartbeat(lease_id, body.worker_id, st.clock(), st.settings.lease_ttl_s)
-    return JSONResponse({"lease_id": lease_id, "deadline": deadline})
+    await _parse(request, HeartbeatRequest)
+    ttl = st.settings.lease_ttl_s
+    deadline = await st.store.heartbeat(lease_id, holder_of(request, st), st.clock(), ttl)
+    return JSONResponse({"lease_id": lease_id, "deadline": deadline, "heartbeat_s": heartbeat_period(ttl)})
 
 
 @router.post("/{lease_id}/release", openapi_extra=_body_doc(ReleaseRequest))
@@ -83,8 +132,8 @@ async def release(lease_id: str, request: Request) -> JSONResponse:
     """Give a live lease back unworked: the request goes back to its place in the queue and the
     attempt does not count (a worker that was told to stop while it waited for work)."""
     st, _ = authorize(request, Role.WORKER)
-    body = await _parse(request, ReleaseRequest)
-    stage = await st.store.release(lease_id, body.worker_id, st.clock())
+    await _parse(request, ReleaseRequest)
+    stage = await st.store.release(lease_id, holder_of(request, st), st.clock())
     st.metrics.lease_releases.labels(stage).inc()
     return JSONResponse({"lease_id": lease_id, "released": True})
 
@@ -122,7 +171,7 @@ async def complete(lease_id: str, request: Request) -> JSONResponse:
             request_id="", status=body.result.status, score=body.result.score, detail=body.result.detail
         )
     out = await st.store.complete(
-        lease_id, body.worker_id, now, body.run_s, nxt, body.artifacts, result, body.outcome
+        lease_id, holder_of(request, st), now, body.run_s, nxt, body.artifacts, result, body.outcome
     )
     await _record(st, out.request, out.batch_completed)
     return JSONResponse(
@@ -133,6 +182,27 @@ async def complete(lease_id: str, request: Request) -> JSONResponse:
             "batch_completed": out.batch_completed,
         }
     )
+
+
+async def _end_unrenderable(st: AppState, lease: Lease, holder: str, exc: Exception) -> None:
+    """End a request whose lease cannot be rendered as JSON with a clear ``invalid`` result.
+
+    Running it again could never succeed (the same payload would fail the same way), so it is
+    finished rather than released. If the store refuses even that, the lease expires and is
+    requeued, and after ``max_attempts`` the request ends ``internal_error``: never orphaned.
+    """
+    log.warning("lease %s of request %s cannot be rendered: %s", lease.lease_id, lease.request_id, exc)
+    result = Result(
+        request_id=lease.request_id,
+        status=Status.INVALID,
+        detail={"error": f"payload: cannot be encoded as JSON for a worker ({exc})"},
+    )
+    try:
+        out = await st.store.complete(lease.lease_id, holder, st.clock(), 0.0, None, None, result, "final")
+    except StoreError as err:
+        log.warning("could not end unrenderable request %s: %s", lease.request_id, err.message)
+        return
+    await _record(st, out.request, out.batch_completed)
 
 
 async def _record(st: AppState, rec: Any, batch_completed: bool) -> None:

@@ -2,11 +2,11 @@
 -- result. A finished or requeued lease no longer exists, so it is unknown.
 -- KEYS: 1 lease key, 2 leases, 3 next stage queue (or the lease key when final), 4 events,
 --       5 active, 6 stages
--- ARGV: 1 now, 2 worker_id, 3 lease_id, 4 run_s, 5 outcome, 6 next stage ('' = final),
+-- ARGV: 1 now, 2 holder, 3 lease_id, 4 run_s, 5 outcome, 6 next stage ('' = final),
 --       7 artifacts JSON ('' = keep), 8 result JSON without request_id and stages, 9 status,
 --       10 policy, 11 result ttl, 12 history K, 13 events maxlen, 14 work channel, 15 result channel
 -- Returns {batch_completed (0|1), request hash as field, value, ...}.
-local l, err = live_lease(KEYS[1], ARGV[1], ARGV[2], ARGV[3], 'k_req', 'stage', 'queued_s')
+local l, err = live_lease(KEYS[1], ARGV[1], ARGV[2], ARGV[3], 'k_req', 'stage', 'queued_s', 'worker')
 if not l then
   return err
 end
@@ -15,7 +15,7 @@ local reqkey = l[4]
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], KEYS[1])
 local stages = redis.call('HGET', reqkey, 'stages')
-redis.call('HSET', reqkey, 'stages', append_json(stages, stage_record(l[5], ARGV[2],
+redis.call('HSET', reqkey, 'stages', append_json(stages, stage_record(l[5], l[7],
   tonumber(l[6]), tonumber(ARGV[4]), ARGV[5])))
 local completed = 0
 if ARGV[6] ~= '' then

@@ -10,14 +10,16 @@ local function fail(code, details)
   return redis.error_reply('DISTRS ' .. code .. ' ' .. cjson.encode(details))
 end
 
--- A live lease owned by worker_id at now: its fields {worker, state, deadline, ...extra}, or
--- nil and the error reply (unknown, another worker's, or expired).
-local function live_lease(lkey, now, worker_id, lease_id, ...)
-  local l = redis.call('HMGET', lkey, 'worker', 'state', 'deadline', ...)
+-- A live lease taken by holder (the caller's credential identity) at now: its fields
+-- {holder, state, deadline, ...extra}, or nil and the error reply (unknown, another holder's,
+-- or expired). Fencing: an expired lease is refused even before the reaper requeued it, and a
+-- requeued or finished lease no longer exists, so an old holder can never write over a new one.
+local function live_lease(lkey, now, holder, lease_id, ...)
+  local l = redis.call('HMGET', lkey, 'holder', 'state', 'deadline', ...)
   if not l[1] or l[2] ~= 'live' then
     return nil, fail('unknown_lease', {lease_id = lease_id})
   end
-  if l[1] ~= worker_id then
+  if l[1] ~= holder then
     return nil, fail('lease_not_yours', {lease_id = lease_id})
   end
   if tonumber(l[3]) < tonumber(now) then

@@ -552,3 +552,60 @@ async def test_requeue_many_expired_leases(store: QueueStore) -> None:
     assert await drain(store, "compile", 111.0) == [f"r{i:03d}" for i in range(n)]  # original order
     snap = await store.snapshot(112.0)
     assert snap.running == {"compile": n} and snap.queue_depth == {"compile": 0}
+
+
+# ownership and fencing -----------------------------------------------------------------------
+
+
+async def test_lease_belongs_to_the_credential_that_took_it(store: QueueStore) -> None:
+    await register(store, size=2)
+    await store.submit([req("r1"), req("r2")], 100.0)
+    lease = await store.lease("compile", "w1", 101.0, 10.0, holder="tok-a")
+    assert lease is not None and lease.holder == "tok-a" and lease.worker_id == "w1"
+    # the worker_id in a body proves nothing: another credential claiming to be "w1" is refused
+    for intruder in ("tok-b", "w1"):
+        with pytest.raises(LeaseNotYours) as err:
+            await store.heartbeat(lease.lease_id, intruder, 102.0, 10.0)
+        assert err.value.details == {"field": "lease_id"}
+        with pytest.raises(LeaseNotYours):
+            await store.complete(lease.lease_id, intruder, 102.0, 1.0, None, None, ok("r1", 0.0), "final")
+        with pytest.raises(LeaseNotYours):
+            await store.release(lease.lease_id, intruder, 102.0)
+    assert await store.heartbeat(lease.lease_id, "tok-a", 103.0, 10.0) == pytest.approx(113.0)
+    out = await store.complete(lease.lease_id, "tok-a", 104.0, 1.0, None, None, ok("r1", 0.5), "final")
+    assert out.request.result is not None and out.request.result.score == 0.5
+    assert [s.worker for s in out.request.stages] == ["w1"]  # the display name is kept
+    other = await store.lease("compile", "w2", 105.0, 10.0, holder="tok-b")
+    assert other is not None
+    with pytest.raises(LeaseNotYours):
+        await store.release(other.lease_id, "tok-a", 106.0)
+    assert await store.release(other.lease_id, "tok-b", 106.0) == "compile"
+
+
+async def test_late_holder_is_fenced_off_before_and_after_the_requeue(store: QueueStore) -> None:
+    await register(store, size=1)
+    await store.submit([req("r1")], 100.0)
+    old = await store.lease("compile", "old", 101.0, 6.0, holder="tok-old")
+    assert old is not None
+    # past the deadline, the reaper has not run yet: the old holder can neither extend nor finish
+    with pytest.raises(LeaseExpired):
+        await store.heartbeat(old.lease_id, "tok-old", 108.0, 6.0)
+    with pytest.raises(LeaseExpired):
+        await store.complete(old.lease_id, "tok-old", 108.0, 7.0, None, None, ok("r1", 0.0), "final")
+    assert await store.requeue_expired(108.5, max_attempts=3) == [("r1", "compile")]
+    new = await store.lease("compile", "new", 109.0, 6.0, holder="tok-new")
+    assert new is not None and new.request_id == "r1" and new.attempt == 2
+    # after the requeue the old lease no longer exists, while the new one runs and after it ended
+    for at in (110.0, 112.0):
+        with pytest.raises(UnknownLease):
+            await store.complete(old.lease_id, "tok-old", at, 9.0, None, None, ok("r1", 0.0), "final")
+        with pytest.raises(UnknownLease):
+            await store.heartbeat(old.lease_id, "tok-old", at, 6.0)
+        if at == 110.0:
+            await store.complete(new.lease_id, "tok-new", 111.0, 2.0, None, None, ok("r1", 1.0), "final")
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.result is not None
+    assert (rec.result.score, [s.worker for s in rec.result.stages]) == (1.0, ["new"])
+    assert [(r.request_id, r.score) for r in await store.batch_results("t", "b")] == [("r1", 1.0)]
+    batch = await store.get_batch("t", "b")
+    assert batch is not None and batch.done == 1 and batch.complete
