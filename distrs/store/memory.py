@@ -13,7 +13,14 @@ from collections import deque
 from collections.abc import Collection
 
 from distrs.core.accounting import finish_batch, request_profile
-from distrs.core.history import BatchProfile, estimate_completion, finished_sample
+from distrs.core.history import (
+    SPAN_SAMPLES,
+    BatchProfile,
+    SpanSample,
+    estimate_completion,
+    finished_sample,
+    prior_span,
+)
 from distrs.core.model import BatchInfo, Lease, RequestRecord, RequestState, Result, StageRecord, Status
 from distrs.core.priority import QueuePolicy, sort_key
 from distrs.store.base import BatchLive, CompleteOutcome, Event, NewRequest, Snapshot, SubmitOutcome
@@ -50,6 +57,7 @@ class MemoryStore:
         self._queues: dict[str, list[_HeapItem]] = {}
         self._leases: dict[str, Lease] = {}
         self._history: dict[str, deque[BatchProfile]] = {}
+        self._spans: deque[SpanSample] = deque(maxlen=SPAN_SAMPLES)  # all tasks, newest last
         self._events: deque[Event] = deque(maxlen=max_events)
         self._event_seq = 0
         self._seq = 0
@@ -115,7 +123,10 @@ class MemoryStore:
         new = batch.model_copy()
         new.registered_at = now
         hist = list(self._history.get(batch.task, ()))
-        new.estimated_completion = estimate_completion(hist, new.anchor, self.default_batch_span_s)
+        prior = self.default_batch_span_s
+        if not hist:
+            prior = prior_span(self._spans, batch.reward_type, now, self.default_batch_span_s)
+        new.estimated_completion = estimate_completion(hist, new.anchor, prior)
         self._task_owner.setdefault(batch.task, batch.tenant)
         self._batches[key] = new
         self._batch_requests[key] = []
@@ -283,6 +294,7 @@ class MemoryStore:
         profile = finish_batch(batch, records, now)
         hist = self._history.setdefault(rec.task, deque(maxlen=self.history_batches))
         hist.append(profile)
+        self._spans.append(SpanSample(batch.reward_type, now, profile.earliest_completion()))
         self._emit(
             "batch_completed",
             now,

@@ -52,7 +52,14 @@ from redis.exceptions import (
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from distrs.config import StoreSettings
-from distrs.core.history import FINISHED_SAMPLE, BatchProfile, RequestProfile
+from distrs.core.history import (
+    FINISHED_SAMPLE,
+    SPAN_SAMPLES,
+    BatchProfile,
+    RequestProfile,
+    SpanSample,
+    prior_span,
+)
 from distrs.core.model import BatchInfo, Lease, RequestRecord, Result, Status
 from distrs.core.priority import QueuePolicy
 from distrs.store import errors
@@ -425,9 +432,21 @@ class RedisStore:
 
     # batches -------------------------------------------------------------------------------
 
+    async def _prior_span(self, reward_type: str | None, now: float) -> float:
+        """The span prior of a task with no history (``core.history.prior_span``) from the recent
+        finished batches of all tasks; the script uses it only when the task has none itself."""
+        raw = await self._call(lambda: self._r.lrange(self.keys.spans(), 0, SPAN_SAMPLES - 1))
+        samples = []
+        for item in raw:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                d = orjson.loads(item)
+                samples.append(SpanSample(d.get("rt"), float(d["at"]), float(d["span"])))
+        return prior_span(samples, reward_type, now, self.settings.default_batch_span_s)
+
     async def register_batch(self, batch: BatchInfo, now: float) -> tuple[BatchInfo, bool]:
         k = self.keys
         t, b = batch.task, batch.batch_id
+        prior = await self._prior_span(batch.reward_type, now)
         out = await self._run(
             "register_batch",
             [
@@ -441,6 +460,7 @@ class RedisStore:
                 k.batch_queued(t, b),
                 k.batch_profile(t, b),
                 k.history(t),
+                k.spans(),
             ],
             [
                 batch.tenant,
@@ -450,7 +470,7 @@ class RedisStore:
                 batch.reward_type or "",
                 "" if batch.rollout_started_at is None else _num(batch.rollout_started_at),
                 _num(now),
-                _num(self.settings.default_batch_span_s),
+                _num(prior),
                 self._events_maxlen,
             ],
         )

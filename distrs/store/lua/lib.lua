@@ -62,7 +62,7 @@ end
 local function complete_batch(bkey, now, ctx)
   local b = redis.call('HMGET', bkey, 'task', 'batch_id', 'reward_type', 'rollout_started_at',
     'registered_at', 'tmax', 'k_members', 'k_results', 'k_queued', 'k_profile', 'k_history',
-    'k_span')
+    'k_span', 'k_spans')
   local task, batch_id, rtype = b[1], b[2], b[3]
   local anchor = tonumber(b[4] or b[5] or now)
   local tmax = tonumber(b[6] or '0')
@@ -90,6 +90,12 @@ local function complete_batch(bkey, now, ctx)
   redis.call('RPUSH', b[11], profile)
   redis.call('LTRIM', b[11], -tonumber(ctx.k), -1)
   redis.call('SET', b[12], fmt(tmax))
+  if b[13] then
+    -- every task's recent spans: the prior of a new task of the same type (core/history.py)
+    redis.call('LPUSH', b[13], '{"rt":' .. rt_json .. ',"at":' .. fmt(tonumber(now)) .. ',"span":'
+      .. fmt(tmax) .. '}')
+    redis.call('LTRIM', b[13], 0, 255)  -- SPAN_SAMPLES in core/history.py
+  end
   redis.call('HSET', bkey, 'completed_at', now, 'earliest_completion', fmt(earliest),
     'extra_delay_s', fmt(extra))
   redis.call('ZREM', ctx.active, bkey)

@@ -609,3 +609,26 @@ async def test_late_holder_is_fenced_off_before_and_after_the_requeue(store: Que
     assert [(r.request_id, r.score) for r in await store.batch_results("t", "b")] == [("r1", 1.0)]
     batch = await store.get_batch("t", "b")
     assert batch is not None and batch.done == 1 and batch.complete
+
+
+async def test_a_new_task_takes_its_prior_from_recent_batches_of_its_type(store: QueueStore) -> None:
+    # a busy tenant's batch of synthetic requests: arrivals 1 s and 2 s after registration,
+    # runs of 3 s and 4 s, so its span T = max(1 + 3, 2 + 4) = 6 s (Eq. 1-2)
+    await register(store, batch="b", size=2, task="busy", now=100.0)
+    await store.submit([req("r1", task="busy")], 101.0)
+    await store.submit([req("r2", task="busy")], 102.0)
+    for rid, start, run_s in (("r1", 101.0, 3.0), ("r2", 102.0, 4.0)):
+        lease = await store.lease("compile", "w", start, 30.0)
+        assert lease is not None and lease.request_id == rid
+        await store.complete(lease.lease_id, "w", start + run_s, run_s, None, None, ok(rid), "final")
+    busy = await store.get_batch("busy", "b")
+    assert busy is not None and busy.complete and busy.earliest_completion == pytest.approx(106.0)
+    # a new task of the same type is estimated like it, not at the 600 s default
+    fresh = await register(store, batch="b", task="fresh", now=200.0, reward_type="synthetic")
+    assert fresh.estimated_completion == pytest.approx(206.0)
+    # ...and the busy task keeps its own history
+    again = await register(store, batch="b2", task="busy", now=300.0)
+    assert again.estimated_completion == pytest.approx(306.0)
+    # an hour later the sample is too old to say anything: the default again
+    late = await register(store, batch="b", task="late", now=106.0 + 3601.0, reward_type="synthetic")
+    assert late.estimated_completion == pytest.approx(106.0 + 3601.0 + SPAN)
