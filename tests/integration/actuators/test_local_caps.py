@@ -1,0 +1,34 @@
+"""``distrs up`` bounds CPU stages near the cores available; the actuator keeps every decision
+within the bound (a real worker-host process is started and resized)."""
+
+from __future__ import annotations
+
+import os
+
+from distrs.actuators.local import LocalActuator
+from distrs.core.pipeline_config import load_pipelines
+from distrs.core.stages import ResourceClass
+from distrs.local_service import local_cpu_cap, stage_caps
+from tests.fixtures.service import WORKER, running_service
+
+
+def test_cpu_stages_are_capped_at_the_cores_gpu_stages_are_not() -> None:
+    table = load_pipelines(None)
+    caps = stage_caps(table, 3)
+    cpu = {n for n, s in table.stages.items() if s.resource is ResourceClass.CPU}
+    assert cpu and set(caps) == cpu and set(caps.values()) == {3}
+    assert "execute" not in caps  # a GPU stage
+    assert stage_caps(table, None) == {}
+    assert 1 <= local_cpu_cap() <= (os.cpu_count() or 1)
+
+
+async def test_actuator_keeps_the_planner_decision_within_the_cap() -> None:
+    with running_service(workers={}) as svc:
+        act = LocalActuator(proxy_url=svc.url, token=WORKER, max_per_stage=32, stage_caps={"compile": 2})
+        try:
+            await act.set_replicas("compile", 10)
+            assert (await act.observe())["compile"].desired == 2
+            await act.set_replicas("compile", 1)
+            assert (await act.observe())["compile"].desired == 1
+        finally:
+            await act.close()
