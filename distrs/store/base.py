@@ -17,6 +17,11 @@ Semantics every implementation must keep:
   live. An expired lease is refused (LeaseExpired) even before ``requeue_expired`` has run, and a
   requeued or finished one is unknown, so a late heartbeat or completion from an old holder can
   never overwrite the work of the request's next holder.
+* Bundles: ``lease_many`` takes up to k heads of a stage queue in queue order in one call, each
+  as its own lease (own id, deadline, attempt count); ``heartbeat_many`` and ``complete_many``
+  act on several leases in one call and answer per lease: one refused lease (expired, unknown,
+  another holder's) never keeps the others from landing. Expiry, release, ``max_attempts`` and
+  fencing are the single lease's, per request.
 * When the last request of a batch ends, the batch is complete: its profile joins the task's
   history (last K batches) and a ``batch_completed`` event is appended.
 * All times are passed in (``now``); the store never reads a clock for decisions.
@@ -24,13 +29,14 @@ Semantics every implementation must keep:
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from distrs.core.history import BatchProfile
 from distrs.core.model import BatchInfo, Lease, RequestRecord, Result
+from distrs.store.errors import StoreError
 
 
 class NewRequest(BaseModel):
@@ -87,6 +93,17 @@ class Snapshot(BaseModel):
 class CompleteOutcome(BaseModel):
     request: RequestRecord
     batch_completed: bool = False
+
+
+class CompletionItem(BaseModel):
+    """One lease of a bundle completion: the arguments of ``QueueStore.complete`` for it."""
+
+    lease_id: str
+    run_s: float = 0.0
+    next_stage: str | None = None
+    artifacts: dict[str, str] | None = None
+    result: Result | None = None
+    outcome: str = "final"
 
 
 class QueueStore(Protocol):
@@ -149,6 +166,26 @@ class QueueStore(Protocol):
         outcome: str,
     ) -> CompleteOutcome:
         """Finish a lease: move on to ``next_stage`` (with artifacts) or record ``result``."""
+        ...
+
+    async def lease_many(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, k: int, holder: str | None = None
+    ) -> list[Lease]:
+        """Take up to ``k`` heads of ``stage``'s queue in queue order (EBF, FCFS within a batch),
+        each as its own lease; an empty list when the queue is empty. Never blocks."""
+        ...
+
+    async def heartbeat_many(
+        self, lease_ids: Sequence[str], holder: str, now: float, ttl_s: float
+    ) -> list[float | StoreError]:
+        """Extend several leases; per lease its new deadline or the error ``heartbeat`` raises."""
+        ...
+
+    async def complete_many(
+        self, items: Sequence[CompletionItem], holder: str, now: float
+    ) -> list[CompleteOutcome | StoreError]:
+        """Finish several leases in one transition; per lease its outcome or the error
+        ``complete`` raises for it (the others land regardless)."""
         ...
 
     async def release(self, lease_id: str, holder: str, now: float) -> str:

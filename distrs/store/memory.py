@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import uuid
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from distrs.core.accounting import finish_batch, request_profile
 from distrs.core.history import (
@@ -23,12 +23,21 @@ from distrs.core.history import (
 )
 from distrs.core.model import BatchInfo, Lease, RequestRecord, RequestState, Result, StageRecord, Status
 from distrs.core.priority import QueuePolicy, sort_key
-from distrs.store.base import BatchLive, CompleteOutcome, Event, NewRequest, Snapshot, SubmitOutcome
+from distrs.store.base import (
+    BatchLive,
+    CompleteOutcome,
+    CompletionItem,
+    Event,
+    NewRequest,
+    Snapshot,
+    SubmitOutcome,
+)
 from distrs.store.errors import (
     BatchConflict,
     BatchFull,
     LeaseExpired,
     LeaseNotYours,
+    StoreError,
     UnknownBatch,
     UnknownLease,
 )
@@ -195,6 +204,17 @@ class MemoryStore:
     async def lease(
         self, stage: str, worker_id: str, now: float, ttl_s: float, holder: str | None = None
     ) -> Lease | None:
+        return self._take(stage, worker_id, now, ttl_s, holder)
+
+    async def lease_many(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, k: int, holder: str | None = None
+    ) -> list[Lease]:
+        out: list[Lease] = []
+        while len(out) < k and (got := self._take(stage, worker_id, now, ttl_s, holder)) is not None:
+            out.append(got)
+        return out
+
+    def _take(self, stage: str, worker_id: str, now: float, ttl_s: float, holder: str | None) -> Lease | None:
         q = self._queues.get(stage)
         while q:
             _, _, task, rid = heapq.heappop(q)
@@ -304,6 +324,32 @@ class MemoryStore:
             earliest_completion=batch.earliest_completion,
         )
         return True
+
+    async def heartbeat_many(
+        self, lease_ids: Sequence[str], holder: str, now: float, ttl_s: float
+    ) -> list[float | StoreError]:
+        out: list[float | StoreError] = []
+        for lease_id in lease_ids:
+            try:
+                out.append(await self.heartbeat(lease_id, holder, now, ttl_s))
+            except StoreError as exc:
+                out.append(exc)
+        return out
+
+    async def complete_many(
+        self, items: Sequence[CompletionItem], holder: str, now: float
+    ) -> list[CompleteOutcome | StoreError]:
+        out: list[CompleteOutcome | StoreError] = []
+        for it in items:  # no await suspends inside: the bundle is one transition
+            try:
+                out.append(
+                    await self.complete(
+                        it.lease_id, holder, now, it.run_s, it.next_stage, it.artifacts, it.result, it.outcome
+                    )
+                )
+            except StoreError as exc:
+                out.append(exc)
+        return out
 
     async def release(self, lease_id: str, holder: str, now: float) -> str:
         lease = self._live_lease(lease_id, holder, now)

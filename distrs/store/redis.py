@@ -63,7 +63,15 @@ from distrs.core.history import (
 from distrs.core.model import BatchInfo, Lease, RequestRecord, Result, Status
 from distrs.core.priority import QueuePolicy
 from distrs.store import errors
-from distrs.store.base import BatchLive, CompleteOutcome, Event, NewRequest, Snapshot, SubmitOutcome
+from distrs.store.base import (
+    BatchLive,
+    CompleteOutcome,
+    CompletionItem,
+    Event,
+    NewRequest,
+    Snapshot,
+    SubmitOutcome,
+)
 from distrs.store.keys import EVENTS_MAXLEN, Keys
 from distrs.store.redis_client import connect
 
@@ -75,9 +83,12 @@ _SCRIPTS = (
     "register_batch",
     "submit",
     "lease",
+    "lease_bundle",
     "get_lease",
     "heartbeat",
+    "heartbeat_bundle",
     "complete",
+    "complete_bundle",
     "release",
     "requeue_expired",
 )
@@ -402,9 +413,14 @@ class RedisStore:
             log.error("redis error reply: %s", text)
             return errors.Unavailable(f"redis cannot serve now: {text}")
         _, code, raw = text.split(" ", 2)
+        return RedisStore._error(code, raw)
+
+    @staticmethod
+    def _error(code: str, raw: str) -> errors.StoreError:
+        """The StoreError for a script's error code and its JSON details."""
         details = orjson.loads(raw) if raw else {}
         if code not in _ERRORS or not isinstance(details, dict):
-            return errors.StoreError(text)
+            return errors.StoreError(f"{code} {raw}")
         cls, template, field = _ERRORS[code]
         try:
             message = template.format(**details)
@@ -525,8 +541,7 @@ class RedisStore:
         k = self.keys
         holder = worker_id if holder is None else holder
         self._seen_work.set((stage, self._work.generation(stage)))
-        # unique across processes (random per-store prefix) without a urandom call per lease
-        lease_id = f"{self._lease_prefix}{next(self._lease_counter):x}"
+        lease_id = self._new_lease_id()
         out = await self._run(
             "lease",
             [k.queue(stage), k.leases(), k.lease(lease_id)],
@@ -534,7 +549,35 @@ class RedisStore:
         )
         if not out:
             return None
-        request_id, task, batch_id, reward_type, payload, artifacts, attempt, deadline = out
+        return self._handed_out(lease_id, out, stage, worker_id, holder, now)
+
+    async def lease_many(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, k: int, holder: str | None = None
+    ) -> list[Lease]:
+        keys = self.keys
+        holder = worker_id if holder is None else holder
+        self._seen_work.set((stage, self._work.generation(stage)))
+        ids = [self._new_lease_id() for _ in range(max(0, k))]
+        if not ids:
+            return []
+        rows = await self._run(
+            "lease_bundle",
+            [keys.queue(stage), keys.leases(), *(keys.lease(i) for i in ids)],
+            [_num(now), _num(ttl_s), worker_id, stage, holder, *ids],
+        )
+        return [
+            self._handed_out(lease_id, row, stage, worker_id, holder, now)
+            for lease_id, row in zip(ids, rows, strict=False)
+        ]
+
+    def _new_lease_id(self) -> str:
+        # unique across processes (random per-store prefix) without a urandom call per lease
+        return f"{self._lease_prefix}{next(self._lease_counter):x}"
+
+    def _handed_out(
+        self, lease_id: str, row: list[Any], stage: str, worker_id: str, holder: str, now: float
+    ) -> Lease:
+        request_id, task, batch_id, reward_type, payload, artifacts, attempt, deadline = row
         got = Lease(
             lease_id=lease_id,
             request_id=request_id,
@@ -635,9 +678,7 @@ class RedisStore:
         k = self.keys
         lkey = k.lease(lease_id)
         self._lease_cache.pop(lease_id, None)  # finished (or refused: then Redis knows better)
-        final = result or Result(request_id="", status=Status.INTERNAL_ERROR)
-        result_json = final.model_dump_json(exclude={"stages", "request_id"}) if next_stage is None else ""
-        status = final.status.value
+        result_json, status = self._result_args(next_stage, result)
         out = await self._run(
             "complete",
             [
@@ -665,6 +706,65 @@ class RedisStore:
             ],
         )
         return CompleteOutcome(request=self._request_from_hash(_pairs(out[1])), batch_completed=bool(out[0]))
+
+    async def heartbeat_many(
+        self, lease_ids: Sequence[str], holder: str, now: float, ttl_s: float
+    ) -> list[float | errors.StoreError]:
+        k = self.keys
+        if not lease_ids:
+            return []
+        rows = await self._run(
+            "heartbeat_bundle",
+            [k.leases(), *(k.lease(i) for i in lease_ids)],
+            [_num(now), _num(ttl_s), holder, *lease_ids],
+        )
+        out: list[float | errors.StoreError] = []
+        for lease_id, row in zip(lease_ids, rows, strict=True):
+            if row[0] == "ok":
+                deadline = float(row[1])
+                cached = self._lease_cache.get(lease_id)
+                if cached is not None:
+                    cached.deadline = deadline
+                out.append(deadline)
+            else:
+                out.append(self._error(row[1], row[2]))
+        return out
+
+    async def complete_many(
+        self, items: Sequence[CompletionItem], holder: str, now: float
+    ) -> list[CompleteOutcome | errors.StoreError]:
+        k = self.keys
+        if not items:
+            return []
+        keys = [k.leases(), k.events(), k.active(), k.stages()]
+        args: list[Any] = [_num(now), holder, self._policy, *self._finish_args()]
+        args += [k.work_channel(), k.result_channel(), len(items)]
+        for it in items:
+            self._lease_cache.pop(it.lease_id, None)
+            lkey = k.lease(it.lease_id)
+            keys += [lkey, k.queue(it.next_stage) if it.next_stage else lkey]
+            args += [it.lease_id, _num(it.run_s), it.outcome, it.next_stage or ""]
+            args.append(orjson.dumps(it.artifacts).decode() if it.artifacts is not None else "")
+            args += list(self._result_args(it.next_stage, it.result))
+        rows = await self._run("complete_bundle", keys, args)
+        out: list[CompleteOutcome | errors.StoreError] = []
+        for row in rows:
+            if row[0] == "ok":
+                out.append(
+                    CompleteOutcome(
+                        request=self._request_from_hash(_pairs(row[2])), batch_completed=bool(row[1])
+                    )
+                )
+            else:
+                out.append(self._error(row[1], row[2]))
+        return out
+
+    @staticmethod
+    def _result_args(next_stage: str | None, result: Result | None) -> tuple[str, str]:
+        """The result JSON (without request_id and stages, which the script splices in) and status."""
+        final = result or Result(request_id="", status=Status.INTERNAL_ERROR)
+        body = final.model_dump_json(exclude={"stages", "request_id"}) if next_stage is None else ""
+        return body, final.status.value
 
     async def release(self, lease_id: str, holder: str, now: float) -> str:
         k = self.keys
