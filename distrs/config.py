@@ -82,6 +82,18 @@ class WorkerSettings(_Base):
         description="Longest heartbeat period while running a lease; a shorter one the proxy asks "
         "for in the lease (a third of its lease TTL) takes precedence.",
     )
+    max_bundle: int = Field(
+        32,
+        ge=1,
+        le=128,
+        description="Most requests leased in one call (a bundle); 1 = one request per lease call.",
+    )
+    bundle_target_s: float = Field(
+        0.25,
+        gt=0,
+        description="A bundle holds as many requests as run in about this time by the stage's "
+        "measured mean run time (long stages: one at a time).",
+    )
     reward_types: str | None = Field(
         None, description="Comma-separated reward types to serve (default: every type using the stage)."
     )
