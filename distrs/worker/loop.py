@@ -4,7 +4,8 @@
   step by step.
 * Bundles: short stages are leased k requests at a time (one lease call, one heartbeat call and
   one completion call for all k, instead of k of each). k adapts to the stage's run time as this
-  worker measures it: as many requests as run in about ``bundle_target_s`` (``bundle_size``), so
+  worker measures it: as many requests as run in about ``bundle_target_s``
+  (``core.bundles.bundle_size``), so
   a bundle delays its first result by at most about that much, and a long stage runs k = 1. The
   items run one after another; a lease the proxy refused meanwhile (expired and handed to
   another worker) is skipped, not run.
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from distrs.core.bundles import bundle_size
 from distrs.core.model import Status
 from distrs.core.stages import PipelineTable
 from distrs.rewards.base import StageHandler, StageInput, StageOutput, get_handler, registered
@@ -36,17 +38,6 @@ log = logging.getLogger(__name__)
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def bundle_size(mean_run_s: float | None, target_s: float, max_k: int) -> int:
-    """How many requests to lease in the next call: as many as run in about ``target_s`` by the
-    measured mean run time, at least 1 and at most ``max_k``; 1 while nothing was measured yet
-    (a stage of unknown length must not be hoarded)."""
-    if max_k <= 1 or mean_run_s is None:
-        return 1
-    if mean_run_s <= 0:
-        return max_k
-    return max(1, min(max_k, int(target_s / mean_run_s)))
 
 
 # Weight of the newest run in the worker's mean run time (exponential moving average).

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from distrs.core.bundles import bundle_size
 from distrs.core.model import Status
 from distrs.core.pipeline_config import load_pipelines
 from distrs.rewards.base import StageInput, StageOutput
-from distrs.worker.loop import Worker, bundle_size
+from distrs.worker.loop import Worker
 from distrs.worker.proxy_client import LeaseRejected, ProxyUnavailable
 
 
