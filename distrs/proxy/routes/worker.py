@@ -18,6 +18,11 @@ Recovery: the lease response tells the worker its heartbeat period, ``lease_ttl_
 lease whose worker stops is requeued by the reaper within about three heartbeat periods while a
 long run stays alive by its heartbeats.
 
+Bundles (``/bundle``, ``/heartbeat``, ``/complete`` without a lease id): up to ``MAX_BUNDLE``
+leases of one stage in one call, in queue order, each its own lease; heartbeat and completion
+answer per lease, so one refused lease (expired, another token's, a bad item) never keeps the
+others from landing. The single-lease routes are unchanged.
+
 A lease whose body cannot be rendered (a payload the JSON encoder refuses) is never handed out
 and never left held: its request ends ``invalid`` with the reason, and the long-poll goes on.
 """
