@@ -7,8 +7,11 @@
   worker measures it: as many requests as run in about ``bundle_target_s``
   (``core.bundles.bundle_size``), so
   a bundle delays its first result by at most about that much, and a long stage runs k = 1. The
-  items run one after another; a lease the proxy refused meanwhile (expired and handed to
-  another worker) is skipped, not run.
+  items run one after another and are reported about every ``bundle_target_s`` (so one slow
+  item does not hold back the others' results); a lease the proxy refused meanwhile (expired and
+  handed to another worker) is skipped, not run; a drain requested mid-bundle gives the
+  unstarted items back, so draining never waits for more than the item that is running. A proxy
+  without bundle routes makes the worker fall back to one lease per call.
 * ``request_drain()`` (wired to SIGTERM) lets the current lease finish and takes no new one; a
   Kubernetes scale-down therefore never kills work (the chart's grace period ≥ stage timeout).
 * A handler exception, or a reward type this worker cannot serve (e.g. ``cuda`` on a worker with
@@ -209,7 +212,14 @@ class Worker:
 
     # bundles -----------------------------------------------------------------------------------
     def _run_bundle(self, k: int) -> bool:
-        leases = self.client.lease_bundle(self.stage, self.worker_id, self.wait_s, k)
+        try:
+            leases = self.client.lease_bundle(self.stage, self.worker_id, self.wait_s, k)
+        except LeaseRejected as exc:
+            if exc.status not in (404, 405):
+                raise
+            log.warning("proxy has no lease bundles (%s); leasing one request per call", exc.status)
+            self.max_bundle = 1
+            return False
         if not leases:
             return False
         if self._draining.is_set():  # as for one lease: back to the queue, unworked
@@ -232,14 +242,27 @@ class Worker:
         hb = threading.Thread(target=self._heartbeat_bundle, args=(live, lock, stop_hb, period), daemon=True)
         hb.start()
         items: list[dict[str, Any]] = []
+        flushed = self.clock()
         try:
-            for lease in leases:
+            for n, lease in enumerate(leases):
+                if self._draining.is_set():  # stop soon: the rest goes back to the queue unrun
+                    for rest in leases[n:]:
+                        with lock:
+                            live.discard(rest["lease_id"])
+                        self._give_back(rest["lease_id"])
+                    break
                 with lock:
                     still_ours = lease["lease_id"] in live
                 if not still_ours:  # expired and requeued: another worker runs it
                     self.stats.rejected += 1
                     continue
                 items.append({"lease_id": lease["lease_id"], **self._timed_run(lease)})
+                if self.clock() - flushed >= self.bundle_target_s and n + 1 < len(leases):
+                    # a slow item: report what is done rather than hold it back
+                    self._complete_bundle(items)
+                    with lock:
+                        live.difference_update(it["lease_id"] for it in items)
+                    items, flushed = [], self.clock()
         finally:
             stop_hb.set()
         if items:

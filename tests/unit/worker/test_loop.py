@@ -275,6 +275,56 @@ def test_bundle_handed_out_while_draining_is_given_back() -> None:
     assert proxy.released == [("L2", "w1"), ("L3", "w1")] and len(h.seen) == 1
 
 
+def test_drain_mid_bundle_gives_the_unstarted_items_back() -> None:
+    proxy = FakeProxy([lease(i) for i in range(1, 6)])
+    h = Handler(StageOutput.final(Status.OK, 1.0))
+    w = make(proxy, h, max_bundle=4)
+    w.run_once()
+    h.run = _draining_after_one(h.run, w)  # type: ignore[method-assign]
+    assert w.run_once()
+    assert [it["lease_id"] for it in proxy.bundle_completions[0]] == ["L2"]
+    assert proxy.released == [("L3", "w1"), ("L4", "w1"), ("L5", "w1")]
+
+
+def test_slow_item_reports_what_is_done_without_waiting_for_the_rest() -> None:
+    proxy = FakeProxy([lease(i) for i in range(1, 5)])
+    t = [0.0]
+    h = Handler(StageOutput.final(Status.OK, 1.0))
+    w = make(proxy, h, max_bundle=4, clock=lambda: t[0])
+    orig = h.run
+
+    def timed(inp: StageInput) -> StageOutput:
+        t[0] += 5.0 if inp.request_id == "r3" else 0.01  # r3 is slow
+        return orig(inp)
+
+    h.run = timed  # type: ignore[method-assign]
+    w.run_once()
+    w.mean_run_s = 0.01
+    assert w.run_once()
+    assert [[it["lease_id"] for it in c] for c in proxy.bundle_completions] == [["L2", "L3"], ["L4"]]
+
+
+def test_proxy_without_bundles_falls_back_to_one_lease_per_call() -> None:
+    proxy = FakeProxy([lease(1), lease(2)])
+    w = make(proxy, Handler(StageOutput.final(Status.OK, 1.0)), max_bundle=4)
+    w.run_once()
+
+    def no_route(*_: Any) -> list[dict[str, Any]]:
+        raise LeaseRejected(404, "not found")
+
+    proxy.lease_bundle = no_route  # type: ignore[method-assign]
+    assert not w.run_once() and w.max_bundle == 1
+    assert w.run_once() and [lid for lid, _ in proxy.completed] == ["L1", "L2"]
+
+
+def _draining_after_one(run: Any, w: Worker) -> Any:
+    def wrapped(inp: StageInput) -> StageOutput:
+        w.request_drain()
+        return run(inp)  # type: ignore[no-any-return]
+
+    return wrapped
+
+
 def _wait_until(cond: Any, timeout_s: float = 5.0) -> None:
     done = threading.Event()
     for _ in range(int(timeout_s / 0.01)):
