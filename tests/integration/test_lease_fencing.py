@@ -1,7 +1,8 @@
 """Fencing of lost leases with real processes: a worker frozen mid-run (SIGSTOP) loses its lease
 within a few heartbeat periods, another worker runs the request, and when the frozen worker wakes
 (SIGCONT) and reports, its late completion is refused: the result is the second worker's and was
-recorded exactly once. Runs over the memory store (``distrs proxy`` alone) and over Redis."""
+recorded exactly once. Runs over the memory store (``distrs proxy`` alone) and over Redis. A worker
+killed while it holds a lease bundle loses nothing and runs nothing twice."""
 
 from __future__ import annotations
 
@@ -81,3 +82,32 @@ def test_late_completion_of_a_frozen_worker_never_overwrites(
         body = c.get("/v1/batches/fence/b1/results").json()
         assert body["done"] == 1 and [x["request_id"] for x in body["results"]] == ["r0"]
         assert _request(c) == rec  # unchanged: recorded once, by the second worker
+
+
+@pytest.mark.redis
+def test_worker_killed_mid_bundle_loses_nothing_and_runs_nothing_twice(fresh_redis_server: Any) -> None:
+    n = 60
+    with running_service(workers={"compile": 1}, redis_url=fresh_redis_server.url) as svc:
+        c = svc.client()
+        assert c.post("/v1/batches", json={"task": "kb", "batch_id": "b1", "size": n}).status_code == 201
+        reqs = [
+            {
+                "task": "kb",
+                "batch_id": "b1",
+                "request_id": f"r{i:03d}",
+                "reward_type": "synthetic",
+                # short runs: after the first the worker leases bundles of about five
+                "payload": {"durations": {"compile": 0.05}, "fail_stage": None, "status": "ok"},
+            }
+            for i in range(n)
+        ]
+        assert c.post("/v1/requests", json={"requests": reqs}).json()["accepted"] == n
+        _wait("some results", lambda: c.get("/v1/batches/kb/b1/results").json()["done"] >= 8)
+        svc.kill_worker(0)  # SIGKILL, most likely holding a bundle
+        svc.start_worker("compile")
+        _wait("batch complete", lambda: c.get("/v1/batches/kb/b1/results").json()["complete"])
+        body = c.get("/v1/batches/kb/b1/results").json()
+        assert [r["request_id"] for r in body["results"]] == [q["request_id"] for q in reqs]
+        assert body["done"] == n
+        for r in body["results"]:
+            assert r["status"] == "ok" and [s["name"] for s in r["stages"]] == ["compile"], r
