@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -132,6 +133,7 @@ async def serve(
     ready = ready_reward_types(table)
     extra = {s: ["--reward-types", ",".join(ts)] for s, ts in ready.items() if ts}
     env = {"DISTRS_PIPELINES_FILE": settings.pipelines_file} if settings.pipelines_file else {}
+    caps = stage_caps(table, cpu_stage_cap)
     actuator = LocalActuator(
         proxy_url=url,
         token=worker_token,
@@ -139,7 +141,7 @@ async def serve(
         env=env,
         max_per_stage=max_workers,
         log_dir=worker_log_dir,
-        stage_caps=stage_caps(table, cpu_stage_cap),
+        stage_caps=caps,
     )
     psettings = PlannerSettings(
         policy=policy, max_replicas=max_workers, redis_url=settings.redis_url, **(planner_overrides or {})
@@ -152,6 +154,9 @@ async def serve(
         psettings,
         metrics=state.metrics,
     )
+    if caps:  # the planner plans within the caps (its search never counts on more workers)
+        inner = planner.plan_fn
+        planner.plan_fn = lambda ctx: inner(dataclasses.replace(ctx, stage_max_replicas=caps))
     state.plan_view = planner.view
     stop = asyncio.Event()
     planner_task = asyncio.create_task(planner.run(stop))
