@@ -134,6 +134,8 @@ def worker(
             reward_types=types,
             wait_s=min(s.wait_s, 5.0),
             heartbeat_s=s.heartbeat_s,
+            max_bundle=s.max_bundle,
+            bundle_target_s=s.bundle_target_s,
         )
 
     if threads > 1 or control_stdin:
