@@ -42,14 +42,15 @@ RequestPath = Path(pattern=ID_PATTERN, description=f"Request id ({ID_RULE}).")
 TENANT_DOC = "Admin only: act for this tenant (default: the token's own)."
 
 
-@router.post("/batches", status_code=201)
+@router.post("/batches", status_code=201, openapi_extra=json_body.body_doc(BatchCreate))
 async def register_batch(
-    body: BatchCreate,
+    request: Request,
     response: Response,
     who: Principal = Depends(trainer),
     st: AppState = Depends(get_state),
 ) -> dict[str, Any]:
     """Register a batch; also the rollout-start hint the planner warms workers up on."""
+    body = await json_body.read(request, BatchCreate)
     if body.reward_type is not None and body.reward_type not in st.table.reward_types:
         raise ApiError(
             422, "unknown_reward_type", _unknown_type_msg(st, body.reward_type), field="reward_type"
@@ -81,21 +82,7 @@ def _unknown_type_msg(st: AppState, name: str) -> str:
     "/requests",
     status_code=202,
     response_model=SubmitResponse,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "anyOf": [
-                            RequestIn.model_json_schema(ref_template="#/components/schemas/{model}"),
-                            BulkRequests.model_json_schema(ref_template="#/components/schemas/{model}"),
-                        ]
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=json_body.body_doc(RequestIn, BulkRequests),
 )
 async def submit(request: Request) -> JSONResponse:
     """Submit one request object or ``{"requests": [...]}``; idempotent per (task, request_id)."""
