@@ -87,7 +87,7 @@ async def test_oversize_body_is_413_before_it_is_read(hostile: Hostile, route: R
 async def test_lone_surrogate_is_refused(hostile: Hostile, route: Route) -> None:
     """A lone surrogate in any string of any body: a 4xx, never queued, never a 500."""
     assert route.body is not None
-    key = next(k for k, v in route.body.items() if isinstance(v, str) or isinstance(v, list))
+    key = next(k for k, v in route.body.items() if isinstance(v, (str, list)))
     body = dict(route.body)
     body[key] = ["\ud800"] if isinstance(body[key], list) else "x\ud800"
     raw = httpx_json(body)
