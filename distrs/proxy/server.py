@@ -25,8 +25,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from distrs.config import ProxySettings
 
 
-def _reply(transport: asyncio.BaseTransport, status: bytes, message: bytes) -> None:
-    assert isinstance(transport, asyncio.WriteTransport)
+def _reply(transport: asyncio.Transport, status: bytes, message: bytes) -> None:
     transport.write(
         b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
         b"content-length: " + str(len(message)).encode() + b"\r\nconnection: close\r\n\r\n" + message
