@@ -70,6 +70,7 @@ def proxy(
 
     from distrs.config import ProxySettings
     from distrs.proxy.app import create_app
+    from distrs.proxy.server import uvicorn_config
 
     _setup_logging(log_level)
     overrides: dict[str, Any] = {
@@ -78,14 +79,10 @@ def proxy(
     if insecure:
         overrides["insecure"] = True
     settings = ProxySettings(**overrides)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=10,
+    server_config = uvicorn_config(
+        create_app(settings), settings, log_level=log_level.lower(), timeout_graceful_shutdown=10
     )
+    uvicorn.Server(server_config).run()
 
 
 @app.command()

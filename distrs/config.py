@@ -68,6 +68,28 @@ class ProxySettings(StoreSettings):
     compat_wait_s: float = Field(
         600.0, gt=0, description="How long /run_code and /get_reward wait for their batch."
     )
+    metrics_tenant_labels: bool = Field(
+        False,
+        description="Label metrics with TENANT/TASK names; off: the task label is 'all' (names no tenant).",
+    )
+    metrics_auth: bool = Field(
+        False, description="GET /metrics needs a bearer token with role metrics or admin."
+    )
+    docs_enabled: bool = Field(True, description="Serve /docs and /openapi.json.")
+    max_header_bytes: int = Field(
+        64 << 10,
+        ge=4096,
+        description="Largest request line + headers; more is answered 431 and the connection closed.",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="Longest time to receive a request's headers (slow clients are closed)."
+    )
+    idle_timeout_s: float = Field(
+        15.0, gt=0, description="An idle keep-alive connection is closed after this many seconds."
+    )
+    retry_after_s: int = Field(
+        2, ge=1, description="Retry-After of a 503 answered while the store is unavailable."
+    )
 
 
 class WorkerSettings(_Base):
@@ -168,6 +190,12 @@ class PlannerSettings(StoreSettings):
         None, description="This planner's identity in the Lease (default: hostname)."
     )
     api_timeout_s: float = Field(10.0, gt=0, description="Read timeout of one Kubernetes API call.")
+    metrics_tenant_labels: bool = Field(
+        False, description="Export per-batch estimates labelled with TENANT/TASK names on /metrics."
+    )
+    store_retry_s: float = Field(
+        2.0, gt=0, description="Wait between attempts while the store is unreachable (start-up included)."
+    )
     leader_lease_duration_s: int = Field(
         15, ge=5, description="Lease duration; a silent leader is replaced after it."
     )

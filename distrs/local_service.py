@@ -27,6 +27,7 @@ from distrs.core.stages import PipelineTable, ResourceClass
 from distrs.planner.loop import Planner
 from distrs.proxy.app import create_app
 from distrs.proxy.deps import AppState
+from distrs.proxy.server import uvicorn_config
 from distrs.rewards.base import registered
 
 log = logging.getLogger(__name__)
@@ -117,11 +118,7 @@ async def serve(
     table = load_pipelines(settings.pipelines_file)
     app = create_app(settings, table=table)
     state: AppState = app.state.distrs
-    server = _Server(
-        uvicorn.Config(
-            app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
-        )
-    )
+    server = _Server(uvicorn_config(app, settings, log_level="warning", timeout_graceful_shutdown=5))
     server_task = asyncio.create_task(server.serve())
     while not server.started:
         if server_task.done():

@@ -1,4 +1,11 @@
-"""HTTP request and response bodies of API v1 (DESIGN.md). Unknown fields are rejected (422)."""
+"""HTTP request and response bodies of API v1 (DESIGN.md). Unknown fields are rejected (422).
+
+Every id the API takes (task, batch, request, stage, worker, lease; path parameters and headers
+included) is checked against one pattern, ``ID_PATTERN``: 1-200 characters of ASCII letters,
+digits and ``. _ : @ + = -``. No ``/`` (the proxy keeps a task as ``TENANT/TASK`` in the store, so
+a ``/`` inside an id would make that name ambiguous and a path unreadable), no spaces or control
+characters (they would be unreadable in paths, logs and metric labels).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from distrs.core.model import Status
 
-_ID = r"^[A-Za-z0-9._:@/+=-]{1,200}$"
+ID_PATTERN = r"^[A-Za-z0-9._:@+=-]{1,200}$"
+ID_RULE = "1-200 characters of A-Z a-z 0-9 . _ : @ + = -"
+_ID = ID_PATTERN
 
 
 class _Strict(BaseModel):
@@ -29,7 +38,7 @@ class RequestIn(_Strict):
     task: str = Field(pattern=_ID)
     batch_id: str = Field(pattern=_ID)
     request_id: str = Field(pattern=_ID, description="Idempotency key within the task.")
-    reward_type: str
+    reward_type: str = Field(pattern=_ID)
     payload: dict[str, Any]
 
 
@@ -45,7 +54,7 @@ class SubmitResponse(BaseModel):
 
 
 class LeaseRequest(_Strict):
-    stage: str
+    stage: str = Field(pattern=_ID)
     worker_id: str = Field(pattern=_ID)
     wait_s: float = Field(0.0, ge=0, le=300)
 

@@ -193,11 +193,18 @@ async def test_tenant_isolation(api: Api) -> None:
     for path in ("/v1/batches/t1/b1/results", "/v1/requests/t1/r0"):
         r = await api.other_tenant.get(path)
         assert r.status_code == 404
-    r = await api.other_tenant.post("/v1/batches", json={"task": "t1", "batch_id": "b9", "size": 1})
-    assert r.status_code == 404
     r = await api.other_tenant.post("/v1/requests", json=req(5))
-    assert r.status_code == 404
-    assert (await api.admin.get("/v1/batches/t1/b1/results")).status_code == 200
+    assert r.status_code == 404  # tenant B has no batch b1 of its own task t1
+    # B's task t1 is its own: registering it neither fails nor touches A's t1
+    r = await api.other_tenant.post("/v1/batches", json={"task": "t1", "batch_id": "b1", "size": 1})
+    assert r.status_code == 201 and r.json()["task"] == "t1" and r.json()["size"] == 1
+    r = await api.trainer.get("/v1/batches/t1/b1/results")
+    assert r.status_code == 200 and r.json()["size"] == 3 and r.json()["task"] == "t1"
+    r = await api.admin.get("/v1/batches/t1/b1/results", params={"tenant": "tenant-a"})
+    assert r.status_code == 200 and r.json()["size"] == 3
+    assert (await api.admin.get("/v1/batches/t1/b1/results")).status_code == 404  # admin's own tenant
+    r = await api.other_tenant.get("/v1/batches/t1/b1/results", params={"tenant": "tenant-a"})
+    assert r.status_code == 403 and error(r)["details"]["field"] == "tenant"
 
 
 async def test_auth_and_roles(api: Api) -> None:
@@ -243,7 +250,7 @@ async def test_metrics_and_stats_reflect_queues(api: Api) -> None:
     await register(api, size=2)
     await api.trainer.post("/v1/requests", json={"requests": [req(0), req(1)]})
     text = (await api.anon.get("/metrics")).text
-    assert 'distrs_queue_depth{stage="compile",task="t1"} 2.0' in text
+    assert 'distrs_queue_depth{stage="compile",task="all"} 2.0' in text and "t1" not in text
     stats = (await api.admin.get("/v1/stats")).json()
     assert stats["queues"]["compile"] == 2 and stats["active_batches"][0]["submitted"] == 2
 
