@@ -6,7 +6,12 @@
   ``run_result`` with ``status`` Finished|Error|TimeLimitExceeded).
 * OpenRLHF ``POST /get_reward`` - the remote reward model protocol: ``{"query", "prompts",
   "labels"}`` in, ``{"rewards", "scores", "extra_logs"}`` out, scored with one reward type
-  (``math`` unless the ``X-DistRS-Reward-Type`` header says otherwise).
+  (``math`` unless the ``X-DistRS-Reward-Type`` header says otherwise). Only the response is
+  graded: it is split off each query with its prompt (``rewards/prompt_split.py``; a query that
+  cannot be split is a 422 naming ``prompts[i]``, never graded whole). The default wait (170 s)
+  ends before OpenRLHF's own 180 s request timeout, and a call without ``X-DistRS-Batch`` gets a
+  batch id derived from its content, so the client's retry of a timed-out call waits on the
+  same batch instead of running it again.
 
 Both go through exactly the pipelines ``/v1/requests`` uses: the call registers a batch, submits
 its requests to the store (so EBF queues, the planner and history all see them) and waits for the
@@ -29,6 +34,8 @@ requested with ``"mode": "raw"`` in the payload) it is used as is.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import math
 import re
 import uuid
@@ -42,6 +49,7 @@ from distrs.proxy.auth import INSECURE, Principal, Role
 from distrs.proxy.deps import AppState, get_state
 from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
+from distrs.rewards.prompt_split import SplitError, split_response
 from distrs.rewards.routing import route
 from distrs.store.base import NewRequest
 
@@ -342,14 +350,19 @@ class GetRewardRequest(BaseModel):
     labels: list[Any] | None = None
 
 
+# OpenRLHF 0.11 (openrlhf/utils/agent.py, SingleTurnAgentExecutor._fetch_rewards_via_http) gives
+# each POST 180 s in total and retries any failure 5 times after 1 s. Answering a 504 before its
+# client gives up lets the retry reattach to the same batch (see _content_id).
+OPENRLHF_CLIENT_TIMEOUT_S = 180.0
+OPENRLHF_WAIT_S = OPENRLHF_CLIENT_TIMEOUT_S - 10.0
+
+
+def _content_id(reward_type: str, body: GetRewardRequest) -> str:
+    blob = json.dumps([reward_type, body.query, body.prompts, body.labels], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:40]
+
+
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.DOTALL | re.MULTILINE)
-
-
-def response_text(query: str, prompt: str | None) -> str:
-    """OpenRLHF sends prompt + response as ``query``; the reward judges the response alone."""
-    if prompt and query.startswith(prompt):
-        return query[len(prompt) :]
-    return query
 
 
 def reward_payload(reward_type: str, response: str, label: Any) -> dict[str, Any]:
@@ -357,8 +370,6 @@ def reward_payload(reward_type: str, response: str, label: Any) -> dict[str, Any
     judged code type runs the response's last fenced block against the label's tests
     (``[{stdin, expected_stdout}]`` or ``{"inputs": [...], "outputs": [...]}``, maybe as JSON)."""
     if reward_type in ("cpp", "python", "cuda"):
-        import json
-
         tests: Any = label
         if isinstance(tests, str):
             try:
@@ -403,15 +414,30 @@ async def get_reward(
         )
     if n == 0:
         return JSONResponse({"rewards": [], "scores": [], "extra_logs": {}})
-    prompts: list[str | None] = list(body.prompts) if body.prompts else [None] * n
+    if body.prompts is None:
+        raise ApiError(
+            422,
+            "missing_field",
+            "prompts: required, so that only the response part of each query is graded",
+            field="prompts",
+        )
     labels = body.labels or [None] * n
-    items = [
-        (rt, reward_payload(rt, response_text(q, p), lab))
-        for q, p, lab in zip(body.query, prompts, labels, strict=True)
-    ]
+    items = []
+    for i, (q, p, lab) in enumerate(zip(body.query, body.prompts, labels, strict=True)):
+        try:
+            response = split_response(q, p)
+        except SplitError as e:
+            raise ApiError(422, "unsplittable_query", f"prompts[{i}]: {e}", field=f"prompts[{i}]") from None
+        items.append((rt, reward_payload(rt, response, lab)))
     task = _header_id(x_distrs_task, "X-DistRS-Task", _default_task("openrlhf", who))
-    batch_id = _header_id(x_distrs_batch, "X-DistRS-Batch", "gr-" + uuid.uuid4().hex)
-    results = await run_batch(st, who, task, batch_id, items, _wait_s(x_distrs_timeout, st))
+    # Without X-DistRS-Batch the batch id is the call's content: OpenRLHF retries a timed-out call
+    # with the same body, and the retry then waits on the first call's batch instead of running
+    # it again (scores are a function of the content).
+    batch_id = _header_id(x_distrs_batch, "X-DistRS-Batch", "gr-" + _content_id(rt, body))
+    wait_s = (
+        _wait_s(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, OPENRLHF_WAIT_S)
+    )
+    results = await run_batch(st, who, task, batch_id, items, wait_s)
     rewards = [float(r.score) for r in results]
     extra_logs = {
         "distrs_ok": [1.0 if r.status is Status.OK else 0.0 for r in results],
