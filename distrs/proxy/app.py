@@ -145,8 +145,9 @@ def create_app(
     app.include_router(ops.router)
     app.include_router(catalog.router)
     with contextlib.suppress(ImportError):
-        from distrs.proxy.routes import compat
+        from distrs.proxy.routes import compat, slime
 
         app.include_router(compat.router)
+        app.include_router(slime.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

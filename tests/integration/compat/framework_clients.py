@@ -61,3 +61,28 @@ def verl_call_sandbox_api(
             last_error = f"API request error: {e}"
             break
     return None, last_error, attempt + 1
+
+
+async def slime_remote_rm(url: str, sample: dict[str, Any], max_retries: int = 3) -> Any:
+    """slime's ``remote_rm`` (``slime/rollout/rm_hub/__init__.py``; slime is not on PyPI, checked
+    against its source): one aiohttp POST of ``{"prompt", "response", "label"}`` with a 30 s total
+    timeout, ``raise_for_status``, retried with exponential backoff; returns the parsed JSON, which
+    slime keeps as the reward (``reward[K]`` with ``--reward-key K``). Backoff shortened here."""
+    import asyncio
+
+    import aiohttp
+
+    body = {"prompt": sample["prompt"], "response": sample["response"], "label": sample["label"]}
+    timeout = aiohttp.ClientTimeout(total=30)
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        for attempt in range(max_retries):
+            try:
+                async with session.post(url, json=body) as resp:
+                    resp.raise_for_status()
+                    return await resp.json()
+            except Exception:
+                if attempt + 1 >= max_retries:
+                    raise
+                await asyncio.sleep(0.05 * 2**attempt)
+    return None
