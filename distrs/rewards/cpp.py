@@ -8,7 +8,7 @@ never from the payload (flags such as ``-fplugin`` would run arbitrary code at c
 from __future__ import annotations
 
 from distrs.rewards import judged_handler
-from distrs.rewards.base import StageInput, StageOutput, register
+from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.judge import JudgedPayload, case_limits, run_tests, stage_budget, verdict_output
 from distrs.rewards.judged_handler import BINARY, JudgedHandler, binary_artifact
 from distrs.sandbox import Limits
@@ -38,5 +38,5 @@ class RunHandler(JudgedHandler):
         return verdict_output(v, p, sandbox.isolation)
 
 
-register("cpp", "compile")(CompileHandler)
-register("cpp", "run")(RunHandler)
+# Entry point ``cpp`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
+HANDLERS = {"compile": CompileHandler, "run": RunHandler}

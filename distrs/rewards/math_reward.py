@@ -35,7 +35,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput, register
+from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.boxed import BoxChoice, chosen_answers
 from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
 from distrs.rewards.python_reward import interpreter
@@ -264,4 +264,5 @@ class VerifyHandler:
             self._checker.close()
 
 
-register("math", "verify")(VerifyHandler)
+# Entry point ``math`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
+HANDLERS = {"verify": VerifyHandler}

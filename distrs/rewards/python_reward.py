@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput, register
+from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.judge import JudgedPayload, Verdict, case_limits, run_tests, stage_budget, verdict_output
 from distrs.rewards.judged_handler import JudgedHandler
 from distrs.sandbox import Limits, Mounts
@@ -81,4 +81,5 @@ class PythonRunHandler(JudgedHandler):
         return verdict_output(v, p, sandbox.isolation)
 
 
-register("python", "run")(PythonRunHandler)
+# Entry point ``python`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
+HANDLERS = {"run": PythonRunHandler}
