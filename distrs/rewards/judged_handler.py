@@ -13,6 +13,7 @@ environment) it uses.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -29,6 +30,7 @@ from distrs.rewards.judge import (
     parse_payload,
     shared_sandbox,
     stage_budget,
+    write_inputs,
 )
 from distrs.sandbox import Sandbox
 
@@ -90,8 +92,9 @@ class CompileHandler(JudgedHandler):
         return None
 
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
-        timeout = min(self._settings.compile_time_s, stage_budget(inp))
+        timeout = min(self._settings.compile_time_s, p.compile_time_limit_s or math.inf, stage_budget(inp))
         with self.sandbox.session() as s:
+            write_inputs(s, p)  # headers and the like the source may include
             s.write_file(self.source, p.code.encode())
             argv = [*self.compiler(), "-o", BINARY, self.source]
             failed, binary, r = compile_program(
