@@ -63,6 +63,9 @@ class JudgeSettings(BaseSettings):
     python: str = Field(default="", description="Interpreter for the python type; empty = the worker's own.")
     compile_time_s: float = Field(default=60.0, gt=0, description="Compile wall limit (capped by the stage).")
     compile_memory_mb: int = Field(default=4096, gt=0, description="Compiler address-space limit.")
+    compile_cache_mb: int = Field(
+        default=256, ge=0, description="Per compile worker: size of the cache of recent compile outcomes."
+    )
     test_time_s: float = Field(default=10.0, gt=0, description="Default wall limit per test case.")
     memory_mb: int = Field(default=1024, gt=0, description="Default memory limit per test case.")
     max_memory_mb: int = Field(
