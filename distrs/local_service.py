@@ -28,7 +28,7 @@ from distrs.planner.loop import Planner
 from distrs.proxy.app import create_app
 from distrs.proxy.deps import AppState
 from distrs.proxy.server import uvicorn_config
-from distrs.rewards.base import registered
+from distrs.rewards.registry import registered
 
 log = logging.getLogger(__name__)
 

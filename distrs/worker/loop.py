@@ -33,7 +33,8 @@ from typing import Any
 from distrs.core.bundles import bundle_size
 from distrs.core.model import Status
 from distrs.core.stages import PipelineTable
-from distrs.rewards.base import StageHandler, StageInput, StageOutput, get_handler, registered
+from distrs.rewards.base import StageHandler, StageInput, StageOutput
+from distrs.rewards.registry import get_handler, registered
 from distrs.worker.proxy_client import LeaseRejected, ProxyClient, ProxyUnavailable
 
 log = logging.getLogger(__name__)
