@@ -111,3 +111,23 @@ def test_worker_killed_mid_bundle_loses_nothing_and_runs_nothing_twice(fresh_red
         assert body["done"] == n
         for r in body["results"]:
             assert r["status"] == "ok" and [s["name"] for s in r["stages"]] == ["compile"], r
+
+
+def test_a_run_longer_than_the_lease_ttl_stays_alive_by_heartbeats() -> None:
+    # a 3 s lease TTL (heartbeats every second) and a 7 s run: never requeued, run once
+    with running_service(workers={"compile": 1}, env={"DISTRS_LEASE_TTL_S": "3"}) as svc:
+        c = svc.client()
+        assert c.post("/v1/batches", json={"task": "long", "batch_id": "b1", "size": 1}).status_code == 201
+        payload = {"durations": {"compile": 7.0}, "fail_stage": None, "status": "ok"}
+        body = {
+            "task": "long",
+            "batch_id": "b1",
+            "request_id": "r0",
+            "reward_type": "synthetic",
+            "payload": payload,
+        }
+        assert c.post("/v1/requests", json=body).status_code == 202
+        _wait("batch complete", lambda: c.get("/v1/batches/long/b1/results").json()["complete"])
+        rec = c.get("/v1/requests/long/r0").json()
+        assert rec["attempts"] == 1 and rec["result"]["status"] == "ok"
+        assert [s["name"] for s in rec["result"]["stages"]] == ["compile"]
