@@ -103,7 +103,8 @@ def submit_cpu_naive(url: str, trial: int) -> dict[str, float]:
 def direct_latency(reward_type: str, stage: str, body: dict[str, Any], reps: int) -> list[float]:
     """Wall time of the pipeline handler called in-process (the floor the service adds to)."""
     from distrs.core.pipeline_config import load_pipelines
-    from distrs.rewards.base import StageInput, get_handler
+    from distrs.rewards.base import StageInput
+    from distrs.rewards.registry import get_handler
 
     table = load_pipelines(None)
     handler = get_handler(reward_type, stage)

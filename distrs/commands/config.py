@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings
 from distrs.config import PlannerSettings, ProxySettings, StoreSettings, WorkerSettings
 from distrs.rewards.judge import JudgeSettings
 from distrs.rewards.math_reward import MathSettings
+from distrs.rewards.plugin import PluginSettings
 from distrs.sandbox.settings import SandboxSettings
 
 app = typer.Typer(no_args_is_help=True)
@@ -22,6 +23,7 @@ SECTIONS: list[tuple[str, type[BaseSettings]]] = [
     ("Sandbox (workers)", SandboxSettings),
     ("Judged reward types: cpp, python, cuda (workers)", JudgeSettings),
     ("Math reward type (workers)", MathSettings),
+    ("Reward plugins (workers)", PluginSettings),
 ]
 
 

@@ -25,7 +25,7 @@ from distrs.proxy import errors
 from distrs.proxy.auth import TokenTable
 from distrs.proxy.deps import AppState
 from distrs.proxy.responses import JSONResponse
-from distrs.proxy.routes import ops, trainer, worker
+from distrs.proxy.routes import catalog, ops, trainer, worker
 from distrs.store.base import QueueStore
 
 log = logging.getLogger(__name__)
@@ -147,9 +147,11 @@ def create_app(
     app.include_router(trainer.router)
     app.include_router(worker.router)
     app.include_router(ops.router)
+    app.include_router(catalog.router)
     with contextlib.suppress(ImportError):
-        from distrs.proxy.routes import compat
+        from distrs.proxy.routes import compat, slime
 
         app.include_router(compat.router)
+        app.include_router(slime.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

@@ -9,7 +9,7 @@ characters (they would be unreadable in paths, logs and metric labels).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -79,6 +79,36 @@ class CompleteRequest(_Strict):
     result: ResultIn | None = None
     artifacts: dict[str, str] | None = None
     run_s: float = Field(0.0, ge=0, le=86_400)
+
+
+# Most leases one bundle call may take, extend or complete (more gives 422 naming the field).
+MAX_BUNDLE = 128
+_LEASE_ID = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class LeaseBundleRequest(_Strict):
+    stage: str
+    worker_id: str = Field(pattern=_ID)
+    wait_s: float = Field(0.0, ge=0, le=300)
+    max_items: int = Field(ge=1, le=MAX_BUNDLE, description="Most requests to lease in this call (k).")
+
+
+class BundleHeartbeatRequest(_Strict):
+    worker_id: str = Field(pattern=_ID)
+    lease_ids: list[Annotated[str, Field(pattern=_LEASE_ID)]] = Field(min_length=1, max_length=MAX_BUNDLE)
+
+
+class BundleCompleteItem(_Strict):
+    lease_id: str = Field(pattern=_LEASE_ID)
+    outcome: str = Field(pattern="^(next|final)$")
+    result: ResultIn | None = None
+    artifacts: dict[str, str] | None = None
+    run_s: float = Field(0.0, ge=0, le=86_400)
+
+
+class BundleCompleteRequest(_Strict):
+    worker_id: str = Field(pattern=_ID)
+    items: list[BundleCompleteItem] = Field(min_length=1, max_length=MAX_BUNDLE)
 
 
 class BatchResults(BaseModel):

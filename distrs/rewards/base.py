@@ -1,6 +1,6 @@
 """Stage handlers: what a worker runs for one request at one stage.
 
-A handler is looked up by (reward type, stage) in a registry so a worker process for the
+A handler is looked up by (reward type, stage) in ``registry.py`` so a worker process for the
 ``compile`` stage can serve both ``cuda`` and ``cpp`` requests. Handlers are synchronous (they
 mostly wait on a sandboxed child process); the worker runs them in a thread.
 
@@ -59,34 +59,5 @@ class StageHandler(Protocol):
     def run(self, inp: StageInput) -> StageOutput: ...
 
 
+# What the registry (``distrs.rewards.registry``) holds per (reward type, stage).
 HandlerFactory = Callable[[], StageHandler]
-_REGISTRY: dict[tuple[str, str], HandlerFactory] = {}
-
-
-def register(reward_type: str, stage: str) -> Callable[[HandlerFactory], HandlerFactory]:
-    """Class/function decorator adding a handler factory for (reward_type, stage)."""
-
-    def deco(factory: HandlerFactory) -> HandlerFactory:
-        _REGISTRY[(reward_type, stage)] = factory
-        return factory
-
-    return deco
-
-
-def registered() -> dict[tuple[str, str], HandlerFactory]:
-    _load_builtin()
-    return dict(_REGISTRY)
-
-
-def get_handler(reward_type: str, stage: str) -> StageHandler:
-    """A new handler for (reward_type, stage); KeyError naming both when none is registered."""
-    _load_builtin()
-    try:
-        return _REGISTRY[(reward_type, stage)]()
-    except KeyError:
-        raise KeyError(f"no handler for reward type {reward_type!r} at stage {stage!r}") from None
-
-
-def _load_builtin() -> None:
-    # Imported for their @register side effects; kept lazy so importing base stays cheap.
-    from distrs.rewards import builtin  # noqa: F401

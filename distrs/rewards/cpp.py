@@ -8,8 +8,16 @@ never from the payload (flags such as ``-fplugin`` would run arbitrary code at c
 from __future__ import annotations
 
 from distrs.rewards import judged_handler
-from distrs.rewards.base import StageInput, StageOutput, register
-from distrs.rewards.judge import JudgedPayload, case_limits, run_tests, stage_budget, verdict_output
+from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.judge import (
+    JudgedPayload,
+    case_limits,
+    fetch_outputs,
+    run_tests,
+    stage_budget,
+    verdict_output,
+    write_inputs,
+)
 from distrs.rewards.judged_handler import BINARY, JudgedHandler, binary_artifact
 from distrs.sandbox import Limits
 
@@ -33,10 +41,12 @@ class RunHandler(JudgedHandler):
         sandbox = self.sandbox
         limits = case_limits(p, self._settings, Limits())
         with sandbox.session() as s:
+            write_inputs(s, p)
             s.write_file(BINARY, binary, executable=True)
             v = run_tests(s, ["./" + BINARY], p, limits, stage_budget(inp))
-        return verdict_output(v, p, sandbox.isolation)
+            files = fetch_outputs(s, p)
+        return verdict_output(v, p, sandbox.isolation, files)
 
 
-register("cpp", "compile")(CompileHandler)
-register("cpp", "run")(RunHandler)
+# Entry point ``cpp`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
+HANDLERS = {"compile": CompileHandler, "run": RunHandler}

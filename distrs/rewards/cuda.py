@@ -28,7 +28,7 @@ import statistics
 
 from distrs.core.model import Status
 from distrs.rewards import judged_handler
-from distrs.rewards.base import StageInput, StageOutput, register
+from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.judge import (
     JudgedPayload,
     JudgeSettings,
@@ -108,7 +108,7 @@ class ExecuteHandler(JudgedHandler):
                 f"worker sees {len(gpus)} GPUs; an execute worker must own exactly one "
                 "(set CUDA_VISIBLE_DEVICES to one device)"
             )
-        return True, ""
+        return super().ready()
 
     def run(self, inp: StageInput) -> StageOutput:
         ok, why = self.ready()
@@ -149,5 +149,5 @@ class ExecuteHandler(JudgedHandler):
         )
 
 
-register("cuda", "compile")(CompileHandler)
-register("cuda", "execute")(ExecuteHandler)
+# Entry point ``cuda`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
+HANDLERS = {"compile": CompileHandler, "execute": ExecuteHandler}

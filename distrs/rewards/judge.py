@@ -2,8 +2,10 @@
 
 It validates the payload (DESIGN.md "Command line": ``code``, ``tests``, ``compare``,
 ``float_tol``, ``scoring``, ``reference_time_s``; plus optional ``time_limit_s`` and
-``memory_limit_mb`` per test, which may lower but never raise the stage's limits, and
-``mode: "raw"`` to also get the first case's full run in ``detail.run``), runs a
+``memory_limit_mb`` (which may lower the default and raise it up to ``DISTRS_JUDGE_MAX_MEMORY_MB``),
+``files`` (plain file name -> base64 content, written next to the program), ``fetch_files``
+(file names read back after the run into ``detail.files``, base64) and ``mode: "raw"`` to also
+get the first case's run in ``detail.run`` with up to SandboxFusion's 1 MiB per stream), runs a
 program once per test case inside a sandbox session, compares outputs and scores the run.
 
 Time budget: the whole stage gets ``StageInput.timeout_s``; each test gets the smaller of its
@@ -20,6 +22,7 @@ from __future__ import annotations
 import base64
 import functools
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,10 +31,11 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from distrs import sandbox
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.compare import DEFAULT_FLOAT_TOL, Compare, outputs_match
-from distrs.sandbox import Limits, Mounts, RunResult, Sandbox, Session, Termination, create_sandbox
+from distrs.sandbox import Limits, Mounts, RunResult, Sandbox, Session, Termination
 
 MiB = 1 << 20
 SNIPPET_CHARS = 400
@@ -60,8 +64,14 @@ class JudgeSettings(BaseSettings):
     python: str = Field(default="", description="Interpreter for the python type; empty = the worker's own.")
     compile_time_s: float = Field(default=60.0, gt=0, description="Compile wall limit (capped by the stage).")
     compile_memory_mb: int = Field(default=4096, gt=0, description="Compiler address-space limit.")
+    compile_cache_mb: int = Field(
+        default=256, ge=0, description="Per compile worker: size of the cache of recent compile outcomes."
+    )
     test_time_s: float = Field(default=10.0, gt=0, description="Default wall limit per test case.")
     memory_mb: int = Field(default=1024, gt=0, description="Default memory limit per test case.")
+    max_memory_mb: int = Field(
+        default=4096, gt=0, description="Largest memory limit a payload's memory_limit_mb may ask for."
+    )
     max_tests: int = Field(default=256, ge=1, description="Most test cases per request.")
     max_code_bytes: int = Field(default=512 * 1024, ge=1, description="Largest accepted source.")
     output_bytes: int = Field(default=4 * MiB, ge=1024, description="Captured stdout cap per test case.")
@@ -72,10 +82,10 @@ def judge_settings() -> JudgeSettings:
     return JudgeSettings()
 
 
-@functools.cache
 def shared_sandbox() -> Sandbox:
-    """One sandbox per worker process, created on first use (probing bwrap once)."""
-    return create_sandbox()
+    """One sandbox per worker process, created on first use (probing bwrap once); SandboxError
+    (remembered, with the one-line reason) where no safe jail can be built."""
+    return sandbox.shared()
 
 
 class InvalidPayload(ValueError):
@@ -108,6 +118,9 @@ class JudgedPayload:
     memory_limit_mb: int | None = None
     speedup_cap: float = 2.0
     mode: str = "judge"  # "raw": also report the first case's full run (SandboxFusion /run_code)
+    files: tuple[tuple[str, bytes], ...] = ()
+    fetch_files: tuple[str, ...] = ()
+    compile_time_limit_s: float | None = None  # lowers the compile limit (SandboxFusion compile_timeout)
 
 
 def _num(payload: dict[str, Any], name: str, *, positive: bool = True) -> float | None:
@@ -121,6 +134,51 @@ def _num(payload: dict[str, Any], name: str, *, positive: bool = True) -> float 
     if not positive and v < 0:
         raise InvalidPayload(name, f"must be >= 0, got {v!r}")
     return float(v)
+
+
+MAX_FILES = 64
+MAX_FILES_BYTES = 8 * MiB
+FETCH_FILE_BYTES = 1 * MiB
+_FILE_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._+-]{1,128}$")
+
+
+def check_file_name(name: Any, field: str) -> str:
+    """A plain file name for the work dir (no directories); InvalidPayload otherwise."""
+    if not isinstance(name, str) or not _FILE_NAME.match(name):
+        raise InvalidPayload(field, f"{name!r} is not a plain file name (letters, digits, . _ + -; no '/')")
+    return name
+
+
+def _files(payload: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
+    raw = payload.get("files") or {}
+    if not isinstance(raw, dict):
+        raise InvalidPayload("files", "must be an object {file name: base64 content}")
+    if len(raw) > MAX_FILES:
+        raise InvalidPayload("files", f"at most {MAX_FILES} files")
+    out = []
+    total = 0
+    for name, content in raw.items():
+        check_file_name(name, "files")
+        if content is None:
+            continue  # SandboxFusion skips files without content
+        if not isinstance(content, str):
+            raise InvalidPayload(f"files.{name}", "must be a base64 string")
+        try:
+            data = base64.b64decode(content.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError):
+            raise InvalidPayload(f"files.{name}", "is not valid base64") from None
+        total += len(data)
+        if total > MAX_FILES_BYTES:
+            raise InvalidPayload("files", f"more than {MAX_FILES_BYTES} bytes in all")
+        out.append((name, data))
+    return tuple(out)
+
+
+def _fetch_files(payload: dict[str, Any]) -> tuple[str, ...]:
+    raw = payload.get("fetch_files") or []
+    if not isinstance(raw, list) or len(raw) > MAX_FILES:
+        raise InvalidPayload("fetch_files", f"must be a list of at most {MAX_FILES} file names")
+    return tuple(check_file_name(n, "fetch_files") for n in raw)
 
 
 def parse_payload(payload: Any, settings: JudgeSettings, *, need_tests: bool = True) -> JudgedPayload:
@@ -180,6 +238,9 @@ def parse_payload(payload: Any, settings: JudgeSettings, *, need_tests: bool = T
         memory_limit_mb=None if mem is None else int(mem),
         speedup_cap=2.0 if cap is None else cap,
         mode=mode,
+        files=_files(payload),
+        fetch_files=_fetch_files(payload),
+        compile_time_limit_s=_num(payload, "compile_time_limit_s"),
     )
 
 
@@ -189,10 +250,11 @@ def snippet(data: bytes | str, limit: int = SNIPPET_CHARS) -> str:
 
 
 def case_limits(p: JudgedPayload, settings: JudgeSettings, base: Limits) -> Limits:
-    """Per-test limits: ``base`` with the time, memory and output limits of the settings, which
-    the payload may lower, never raise (memory stays unlimited where ``base`` leaves it so)."""
+    """Per-test limits: ``base`` with the time, memory and output limits of the settings. The
+    payload may lower the time limit, and set the memory limit up to ``max_memory_mb`` (as
+    SandboxFusion's ``memory_limit_MB`` does); memory stays unlimited where ``base`` leaves it so."""
     wall = min(settings.test_time_s, p.time_limit_s or math.inf)
-    mem_mb = min(settings.memory_mb, p.memory_limit_mb or settings.memory_mb)
+    mem_mb = min(settings.max_memory_mb, p.memory_limit_mb) if p.memory_limit_mb else settings.memory_mb
     mem = None if base.memory_bytes is None else mem_mb * MiB
     return replace(base, wall_s=wall, cpu_s=wall, memory_bytes=mem, output_bytes=settings.output_bytes)
 
@@ -213,6 +275,10 @@ def judge_case(r: RunResult, case: Case, p: JudgedPayload) -> CaseResult:
         return CaseResult(Status.TIMEOUT, r.wall_s, {"reason": r.describe()})
     if r.termination is Termination.OUTPUT_LIMIT:
         return CaseResult(Status.RUNTIME_ERROR, r.wall_s, {"reason": "output limit exceeded"})
+    if r.memory_exceeded:
+        return CaseResult(
+            Status.MEMORY_LIMIT_EXCEEDED, r.wall_s, {"reason": r.describe(), "stderr": snippet(r.stderr)}
+        )
     if not r.ok:
         return CaseResult(
             Status.RUNTIME_ERROR, r.wall_s, {"reason": r.describe(), "stderr": snippet(r.stderr)}
@@ -300,25 +366,51 @@ def case_details(v: Verdict, keep_output_of: int = 4) -> list[dict[str, Any]]:
     return out
 
 
-RAW_OUTPUT_CHARS = 64 * 1024
+# SandboxFusion keeps the first 1 MiB of each stream (sandbox/runners/base.py,
+# _MAX_CAPTURED_OUTPUT_BYTES); so do we, and unlike it we say when we cut.
+RAW_OUTPUT_BYTES = 1 * MiB
 
 
 def raw_run(r: RunResult) -> dict[str, Any]:
-    """A run as SandboxFusion reports it; output cut to RAW_OUTPUT_CHARS per stream."""
+    """A run as SandboxFusion reports it: each stream's first RAW_OUTPUT_BYTES, with flags saying
+    whether it was cut and whether the program was stopped for writing past the capture cap."""
     code = r.exit_code if r.exit_code is not None else 128 + (r.signal or 0)
     return {
         "return_code": code,
         "timed_out": r.timed_out,
         "execution_time": round(r.wall_s, 4),
-        "stdout": snippet(r.stdout, RAW_OUTPUT_CHARS),
-        "stderr": snippet(r.stderr, RAW_OUTPUT_CHARS),
+        "stdout": r.stdout[:RAW_OUTPUT_BYTES].decode("utf-8", errors="replace"),
+        "stderr": r.stderr[:RAW_OUTPUT_BYTES].decode("utf-8", errors="replace"),
+        "stdout_truncated": len(r.stdout) > RAW_OUTPUT_BYTES or r.stdout_truncated,
+        "stderr_truncated": len(r.stderr) > RAW_OUTPUT_BYTES or r.stderr_truncated,
         "output_limit": r.termination is Termination.OUTPUT_LIMIT,
     }
 
 
-def verdict_output(v: Verdict, p: JudgedPayload, isolation: str, **extra: Any) -> StageOutput:
+def write_inputs(session: Session, p: JudgedPayload) -> None:
+    """The payload's ``files``, written into the work dir before the program (which may overwrite)."""
+    for name, data in p.files:
+        session.write_file(name, data)
+
+
+def fetch_outputs(session: Session, p: JudgedPayload) -> dict[str, str]:
+    """``fetch_files`` read back after the run (base64); missing or oversized files are left out,
+    as SandboxFusion leaves out missing ones."""
+    out = {}
+    for name in p.fetch_files:
+        data = session.read_file(name, FETCH_FILE_BYTES)
+        if data is not None:
+            out[name] = encode_binary(data)
+    return out
+
+
+def verdict_output(
+    v: Verdict, p: JudgedPayload, isolation: str, files: dict[str, str] | None = None, **extra: Any
+) -> StageOutput:
     if p.mode == "raw" and v.first_run is not None:
         extra["run"] = raw_run(v.first_run)
+    if p.fetch_files:
+        extra["files"] = files or {}
     return StageOutput.final(
         v.status,
         score_of(v, p),

@@ -13,15 +13,18 @@ environment) it uses.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.compile_cache import CompileCache, cache_key
 from distrs.rewards.judge import (
     InvalidPayload,
     JudgedPayload,
     JudgeSettings,
+    MiB,
     compile_program,
     decode_binary,
     encode_binary,
@@ -29,8 +32,10 @@ from distrs.rewards.judge import (
     parse_payload,
     shared_sandbox,
     stage_budget,
+    write_inputs,
 )
 from distrs.sandbox import Sandbox
+from distrs.sandbox import readiness as sandbox_readiness
 
 BINARY = "prog"
 BINARY_ARTIFACT = "binary"
@@ -49,7 +54,8 @@ class JudgedHandler(ABC):
         return self._sandbox or shared_sandbox()
 
     def ready(self) -> tuple[bool, str]:
-        return True, ""
+        """Not ready while this process cannot build a safe jail (unless given a sandbox)."""
+        return (True, "") if self._sandbox is not None else sandbox_readiness()
 
     def run(self, inp: StageInput) -> StageOutput:
         try:
@@ -75,9 +81,17 @@ def binary_artifact(inp: StageInput) -> bytes | StageOutput:
 
 
 class CompileHandler(JudgedHandler):
-    """Compiler → artifact ``binary``; compile errors end the request ``compile_error``."""
+    """Compiler → artifact ``binary``; compile errors end the request ``compile_error``.
+
+    Outcomes are kept in a per-handler :class:`CompileCache` (``DISTRS_JUDGE_COMPILE_CACHE_MB``),
+    so the same program sent once per test case compiles once on this worker.
+    """
 
     source: ClassVar[str]  # the file ``code`` is written to, e.g. ``main.cpp``
+
+    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
+        super().__init__(sandbox, settings)
+        self._cache = CompileCache(self._settings.compile_cache_mb * MiB)
 
     @abstractmethod
     def compiler(self) -> list[str]:
@@ -90,14 +104,27 @@ class CompileHandler(JudgedHandler):
         return None
 
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
-        timeout = min(self._settings.compile_time_s, stage_budget(inp))
+        timeout = min(self._settings.compile_time_s, p.compile_time_limit_s or math.inf, stage_budget(inp))
+        argv = [*self.compiler(), "-o", BINARY, self.source]
+        key = cache_key([inp.reward_type, *argv], p.code, p.files)
+        cached = self._cache.get(key)
+        if cached is not None:
+            if cached.outcome == "next":
+                return StageOutput.next({**cached.artifacts, "compile_cached": "1"})
+            return StageOutput.final(
+                cached.status or Status.COMPILE_ERROR, 0.0, **cached.detail, compile_cached=True
+            )
         with self.sandbox.session() as s:
+            write_inputs(s, p)  # headers and the like the source may include
             s.write_file(self.source, p.code.encode())
-            argv = [*self.compiler(), "-o", BINARY, self.source]
             failed, binary, r = compile_program(
                 s, argv, BINARY, timeout_s=timeout, memory_mb=self.memory_mb(), env=self.env()
             )
         if failed is not None:
+            if failed.status is Status.COMPILE_ERROR:
+                self._cache.put(key, failed)
             return failed
         assert binary is not None
-        return StageOutput.next({BINARY_ARTIFACT: encode_binary(binary), "compile_s": f"{r.wall_s:.3f}"})
+        out = StageOutput.next({BINARY_ARTIFACT: encode_binary(binary), "compile_s": f"{r.wall_s:.3f}"})
+        self._cache.put(key, out)
+        return out

@@ -1,8 +1,11 @@
 """The ``math`` reward type: one ``verify`` stage using math-verify.
 
-Payload: ``{"completion": str, "ground_truth": str}``. The answer is extracted from the
-completion (last ``\\boxed{}``/LaTeX/plain expression, math-verify's rules) and checked for
-mathematical equivalence with the ground truth (fractions, LaTeX, sets, intervals, ...).
+Payload: ``{"completion": str, "ground_truth": str, "boxed"?: "last"|"first"|"all_equal"}``.
+When the completion has ``\\boxed{}`` (or ``\\fbox{}``) answers, the box chosen by ``boxed``
+(default ``DISTRS_MATH_BOXED``, ``last``: a completion that corrects itself is judged on its final
+answer) is the answer (``boxed.py``); without a box, math-verify extracts the last LaTeX/plain
+expression. The answer is checked for mathematical equivalence with the ground truth (fractions,
+LaTeX, sets, intervals, units, percent, ...).
 
 Why a child process: math-verify parses untrusted text with SymPy (whose ``parse_expr`` evaluates
 Python) and can hang on adversarial input; its own timeouts use SIGALRM, which only works in a
@@ -32,10 +35,12 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput, register
+from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.boxed import BoxChoice, chosen_answers
 from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
 from distrs.rewards.python_reward import interpreter
 from distrs.sandbox import Limits, Sandbox, SandboxError
+from distrs.sandbox import readiness as sandbox_readiness
 
 CHILD_SOURCE = Path(__file__).with_name("math_child.py")
 
@@ -57,6 +62,11 @@ class MathSettings(BaseSettings):
     recycle_after: int = Field(default=1000, ge=1, description="Restart the child after this many checks.")
     python: str = Field(
         default="", description="Interpreter with math-verify installed; empty = the worker's."
+    )
+    boxed: BoxChoice = Field(
+        default=BoxChoice.LAST,
+        description="Which \\boxed{} answer counts when there are several: last, first or all_equal "
+        "(every box must be right); a payload's `boxed` field overrides it.",
     )
 
 
@@ -188,7 +198,7 @@ class VerifyHandler:
             import math_verify  # noqa: F401
         except ImportError as e:
             return False, f"math-verify not installed: {e}"
-        return True, ""
+        return (True, "") if self._sandbox is not None else sandbox_readiness()
 
     def _get_checker(self) -> MathChecker:
         if self._checker is None:
@@ -206,26 +216,46 @@ class VerifyHandler:
         except ValueError as e:
             field, _, msg = str(e).partition(": ")
             return StageOutput.final(Status.INVALID, 0.0, error={"field": field, "message": msg})
-        answer = completion[-self._settings.tail_chars :]
+        choice = self._settings.boxed
+        if inp.payload.get("boxed") is not None:
+            try:
+                choice = BoxChoice(inp.payload["boxed"])
+            except ValueError:
+                known = ", ".join(c.value for c in BoxChoice)
+                return StageOutput.final(
+                    Status.INVALID, 0.0, error={"field": "boxed", "message": f"must be one of {known}"}
+                )
+        tail = completion[-self._settings.tail_chars :]
+        boxes = chosen_answers(tail, choice)
+        # Each chosen box goes to math-verify on its own, boxed again so it is read as the answer.
+        answers = [tail] if boxes is None else ["\\boxed{" + b + "}" for b in boxes]
         timeout = min(self._settings.timeout_s, stage_budget(inp))
-        try:
-            r = self._get_checker().check(gold, answer, timeout)
-        except CheckTimeout:
-            return StageOutput.final(Status.TIMEOUT, 0.0, reason=f"math check exceeded {timeout:.1f}s")
-        if "error" in r:
-            raise SandboxError(f"math checker error: {r['error']}")
-        if not r.get("gold_ok"):
-            return StageOutput.final(
-                Status.INVALID,
-                0.0,
-                error={"field": "ground_truth", "message": "no parseable answer in the ground truth"},
-            )
+        deadline = time.monotonic() + timeout
+        r: dict[str, Any] = {}
+        for answer in answers:
+            try:
+                r = self._get_checker().check(gold, answer, max(0.05, deadline - time.monotonic()))
+            except CheckTimeout:
+                return StageOutput.final(Status.TIMEOUT, 0.0, reason=f"math check exceeded {timeout:.1f}s")
+            if "error" in r:
+                raise SandboxError(f"math checker error: {r['error']}")
+            if not r.get("gold_ok"):
+                return StageOutput.final(
+                    Status.INVALID,
+                    0.0,
+                    error={"field": "ground_truth", "message": "no parseable answer in the ground truth"},
+                )
+            if not r.get("found") or not r.get("correct"):
+                break  # all_equal: the first wrong box decides
         if not r.get("found"):
             return StageOutput.final(Status.WRONG_ANSWER, 0.0, reason="no answer found in the completion")
-        detail = {
+        detail: dict[str, Any] = {
             "extracted": snippet(str(r.get("pred", ""))),
             "ground_truth": snippet(str(r.get("gold", ""))),
         }
+        if boxes is not None:
+            detail["boxes"] = len(boxes)
+            detail["boxed"] = choice.value
         if r.get("correct"):
             return StageOutput.final(Status.OK, 1.0, **detail)
         return StageOutput.final(Status.WRONG_ANSWER, 0.0, **detail)
@@ -235,4 +265,5 @@ class VerifyHandler:
             self._checker.close()
 
 
-register("math", "verify")(VerifyHandler)
+# Entry point ``math`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
+HANDLERS = {"verify": VerifyHandler}

@@ -16,8 +16,17 @@ import subprocess
 import sys
 
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput, register
-from distrs.rewards.judge import JudgedPayload, Verdict, case_limits, run_tests, stage_budget, verdict_output
+from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.judge import (
+    JudgedPayload,
+    Verdict,
+    case_limits,
+    fetch_outputs,
+    run_tests,
+    stage_budget,
+    verdict_output,
+    write_inputs,
+)
 from distrs.rewards.judged_handler import JudgedHandler
 from distrs.sandbox import Limits, Mounts
 
@@ -64,21 +73,24 @@ class PythonRunHandler(JudgedHandler):
             interpreter(self._settings.python)
         except (OSError, subprocess.SubprocessError, ValueError) as e:
             return False, f"python interpreter unusable: {e}"
-        return True, ""
+        return super().ready()
 
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         exe, mounts = interpreter(self._settings.python)
         sandbox = self.sandbox
         limits = case_limits(p, self._settings, Limits())
         with sandbox.session() as s:
+            write_inputs(s, p)
             s.write_file(SOURCE, p.code.encode())
             v = run_tests(s, [exe, "-I", "-B", SOURCE], p, limits, stage_budget(inp), mounts=mounts)
+            files = fetch_outputs(s, p)
         message = compile_error_of(v) if p.mode == "judge" else None
         if message is not None:
             return StageOutput.final(
                 Status.COMPILE_ERROR, 0.0, compiler_output=message, isolation=sandbox.isolation
             )
-        return verdict_output(v, p, sandbox.isolation)
+        return verdict_output(v, p, sandbox.isolation, files)
 
 
-register("python", "run")(PythonRunHandler)
+# Entry point ``python`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
+HANDLERS = {"run": PythonRunHandler}

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput, register
+from distrs.rewards.base import StageInput, StageOutput
 
 SYNTHETIC_STAGES = ("compile", "execute")
 
@@ -51,5 +51,5 @@ class SyntheticHandler:
         return StageOutput.next()
 
 
-for _stage in SYNTHETIC_STAGES:
-    register("synthetic", _stage)(SyntheticHandler)
+# Entry point ``synthetic`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
+HANDLERS = dict.fromkeys(SYNTHETIC_STAGES, SyntheticHandler)

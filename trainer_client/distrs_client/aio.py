@@ -328,6 +328,13 @@ class AsyncRewardClient:
             self.submit(task, batch_id, rid, rt, payload)
         return await self.results(task, batch_id, timeout)
 
+    async def reward_types(self) -> list[str]:
+        """The reward types the service scores (``GET /v1/reward-types``)."""
+        self._check_open()
+        resp = await self._call("GET", "/v1/reward-types")
+        body = resp.body if isinstance(resp.body, dict) else {}
+        return sorted(body.get("reward_types") or {})
+
     async def request_state(self, task: str, request_id: str) -> dict[str, Any] | None:
         """The service's record of one request (``GET /v1/requests/...``), or None if unknown."""
         self._check_open()

@@ -80,6 +80,7 @@ class RewardClient:
     score = _blocking(AsyncRewardClient.score)
     score_many = _blocking(AsyncRewardClient.score_many)
     request_state = _blocking(AsyncRewardClient.request_state)
+    reward_types = _blocking(AsyncRewardClient.reward_types)
 
     def close(self) -> None:
         """Post what is buffered (best effort), close connections and stop the loop thread."""

@@ -6,7 +6,12 @@
   ``run_result`` with ``status`` Finished|Error|TimeLimitExceeded).
 * OpenRLHF ``POST /get_reward`` - the remote reward model protocol: ``{"query", "prompts",
   "labels"}`` in, ``{"rewards", "scores", "extra_logs"}`` out, scored with one reward type
-  (``math`` unless the ``X-DistRS-Reward-Type`` header says otherwise).
+  (``math`` unless the ``X-DistRS-Reward-Type`` header says otherwise). Only the response is
+  graded: it is split off each query with its prompt (``rewards/prompt_split.py``; a query that
+  cannot be split is a 422 naming ``prompts[i]``, never graded whole). The default wait (170 s)
+  ends before OpenRLHF's own 180 s request timeout, and a call without ``X-DistRS-Batch`` gets a
+  batch id derived from its content, so the client's retry of a timed-out call waits on the
+  same batch instead of running it again.
 
 Both go through exactly the pipelines ``/v1/requests`` uses: the call registers a batch, submits
 its requests to the store (so EBF queues, the planner and history all see them) and waits for the
@@ -32,9 +37,11 @@ requested with ``"mode": "raw"`` in the payload) it is used as is.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import json
 import math
 import re
-import uuid
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -48,6 +55,8 @@ from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes.trainer import check_payload, too_many
 from distrs.proxy.schemas import ID_PATTERN, ID_RULE
+from distrs.rewards.judge import RAW_OUTPUT_BYTES, InvalidPayload, check_file_name
+from distrs.rewards.prompt_split import SplitError, split_response
 from distrs.rewards.routing import route
 from distrs.store.base import NewRequest
 
@@ -188,6 +197,13 @@ async def run_batch(
 
 # ---------------------------------------------------------------- SandboxFusion /run_code
 
+RUN_CODE_MARGIN_S = 5.0
+
+
+def _hash(value: Any) -> str:
+    blob = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:40]
+
 
 class RunCodeRequest(BaseModel):
     """SandboxFusion's RunCodeRequest (the fields verl and SandboxFusion's own SDK send)."""
@@ -229,11 +245,36 @@ def run_code_payload(req: RunCodeRequest) -> dict[str, Any]:
         "compare": "exact",
         "scoring": "all",
         "time_limit_s": req.run_timeout,
+        "compile_time_limit_s": req.compile_timeout,
         "mode": "raw",
     }
     if req.memory_limit_MB > 0:
         payload["memory_limit_mb"] = req.memory_limit_MB
+    files = {k: v for k, v in req.files.items() if v is not None}
+    if files:
+        payload["files"] = files
+    if req.fetch_files:
+        payload["fetch_files"] = list(req.fetch_files)
     return payload
+
+
+def check_run_code_files(req: RunCodeRequest) -> None:
+    """``files`` and ``fetch_files`` name plain files of the work dir, ``files`` hold base64."""
+    for field, names in (("files", list(req.files)), ("fetch_files", req.fetch_files)):
+        for name in names:
+            try:
+                check_file_name(name, field)
+            except InvalidPayload as e:
+                raise ApiError(422, "invalid_field", f"{field}: {e.message}", field=field) from None
+    for name, content in req.files.items():
+        if content is None:
+            continue
+        try:
+            base64.b64decode(content.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError):
+            raise ApiError(
+                422, "invalid_field", f"files: {name!r} is not valid base64", field="files"
+            ) from None
 
 
 def _first_case(detail: dict[str, Any]) -> dict[str, Any]:
@@ -251,51 +292,65 @@ def _return_code(reason: Any) -> int:
     return 128 + int(m.group(1)) if m else 1
 
 
+def _truncation_message(raw: dict[str, Any]) -> str:
+    cut = [name for name in ("stdout", "stderr") if raw.get(f"{name}_truncated")]
+    if not cut:
+        return ""
+    what = " and ".join(cut)
+    msg = f"{what} truncated to its first {RAW_OUTPUT_BYTES} bytes"
+    if raw.get("output_limit"):
+        msg += "; the program was stopped for writing past the capture limit"
+    return msg
+
+
 def to_run_code_response(result: Result, compiled: bool) -> RunCodeResponse:
     """Map a judged result to SandboxFusion's response.
 
     ``compiled``: the language has a compile step (a ``compile_result`` is reported for it).
+    Status and message follow SandboxFusion's ``parse_run_status``: ``Success`` when every step
+    finished with return code 0, else ``Failed``, with an empty message; ``SandboxError`` with a
+    message when the service itself failed. Unlike SandboxFusion, output cut at its 1 MiB limit
+    is reported in ``message`` (never a silent ``Success``).
     """
     d = result.detail
     status = result.status
+    files = {str(k): str(v) for k, v in (d.get("files") or {}).items()}
     ok_compile = (
         CommandRunResult(status="Finished", return_code=0, stdout="", stderr="") if compiled else None
     )
     if status is Status.COMPILE_ERROR:
         out = str(d.get("compiler_output", ""))
+        if not compiled:  # an interpreter refusing the source: SandboxFusion reports the run
+            run = CommandRunResult(status="Finished", return_code=1, stdout="", stderr=out)
+            return RunCodeResponse(status="Failed", run_result=run, files=files)
         comp = CommandRunResult(status="Finished", return_code=1, stdout="", stderr=out)
-        return RunCodeResponse(status="Failed", message="compile error", compile_result=comp)
+        return RunCodeResponse(status="Failed", compile_result=comp, files=files)
     if status is Status.TIMEOUT and d.get("stage") == "compile":
         comp = CommandRunResult(status="TimeLimitExceeded", stderr=str(d.get("compiler_output", "")))
-        return RunCodeResponse(status="Failed", message="compile timeout", compile_result=comp)
+        return RunCodeResponse(status="Failed", compile_result=comp, files=files)
     if status in (Status.INTERNAL_ERROR, Status.INVALID):
         err = d.get("error")
         return RunCodeResponse(status="SandboxError", message=f"{status.value}: {err or d.get('reason', '')}")
     raw = d.get("run")
     case = _first_case(d)
+    message = ""
     if isinstance(raw, dict):  # a raw run: full output from the handler
         exec_time = raw.get("execution_time")
+        timed_out = bool(raw.get("timed_out"))
         run = CommandRunResult(
-            status="TimeLimitExceeded" if raw.get("timed_out") else "Finished",
+            status="TimeLimitExceeded" if timed_out else "Finished",
             execution_time=float(exec_time) if exec_time is not None else None,
-            return_code=raw.get("return_code"),
+            return_code=None if timed_out else raw.get("return_code"),
             stdout=str(raw.get("stdout") or ""),
             stderr=str(raw.get("stderr") or ""),
         )
+        message = _truncation_message(raw)
     else:
         t = case.get("time_s")
         exec_time = float(t) if isinstance(t, (int, float)) else None
         if status is Status.TIMEOUT:
             run = CommandRunResult(status="TimeLimitExceeded", execution_time=exec_time, stdout="", stderr="")
-        elif status is Status.RUNTIME_ERROR:
-            run = CommandRunResult(
-                status="Finished",
-                execution_time=exec_time,
-                return_code=_return_code(case.get("reason")),
-                stdout=str(case.get("stdout") or ""),
-                stderr=str(case.get("stderr") or case.get("reason") or ""),
-            )
-        else:  # ok (printed nothing) or wrong_answer (printed something: it is in the detail)
+        elif status is Status.OK or status is Status.WRONG_ANSWER:
             run = CommandRunResult(
                 status="Finished",
                 execution_time=exec_time,
@@ -303,14 +358,25 @@ def to_run_code_response(result: Result, compiled: bool) -> RunCodeResponse:
                 stdout=str(case.get("stdout") or "") if status is Status.WRONG_ANSWER else "",
                 stderr="",
             )
-    success = run.status == "Finished" and run.return_code == 0
+        else:  # runtime_error, memory_limit_exceeded: the program ended with an error
+            run = CommandRunResult(
+                status="Finished",
+                execution_time=exec_time,
+                return_code=_return_code(case.get("reason")),
+                stdout=str(case.get("stdout") or ""),
+                stderr=str(case.get("stderr") or case.get("reason") or ""),
+            )
+    success = (
+        run.status == "Finished"
+        and run.return_code == 0
+        and not (isinstance(raw, dict) and raw.get("output_limit"))
+    )
     return RunCodeResponse(
         status="Success" if success else "Failed",
-        message=""
-        if success
-        else (run.status if run.status != "Finished" else f"exit code {run.return_code}"),
+        message=message,
         compile_result=ok_compile,
         run_result=run,
+        files=files,
     )
 
 
@@ -334,14 +400,16 @@ async def run_code(
             f"language: {body.language!r} is not supported; supported: {', '.join(served)}",
             field="language",
         )
-    if any(body.files.values()) or body.fetch_files:
-        field = "files" if any(body.files.values()) else "fetch_files"
-        raise ApiError(422, "unsupported_field", f"{field}: extra files are not supported", field=field)
+    check_run_code_files(body)
     task = _header_id(x_distrs_task, "X-DistRS-Task", _default_task("sandboxfusion", who))
-    batch_id = _header_id(x_distrs_batch, "X-DistRS-Batch", "rc-" + uuid.uuid4().hex)
-    (result,) = await run_batch(
-        st, who, task, batch_id, [(rt, run_code_payload(body))], _wait_s(x_distrs_timeout, st)
-    )
+    payload = run_code_payload(body)
+    # Without X-DistRS-Batch the batch id is the request's content: verl retries a 504 with the
+    # same body, and the retry then waits on the first attempt's run instead of starting another.
+    batch_id = _header_id(x_distrs_batch, "X-DistRS-Batch", "rc-" + _hash([rt, payload]))
+    # verl gives each call compile_timeout + run_timeout + 10 s; answer (504 at worst) before that.
+    own = body.compile_timeout + body.run_timeout + RUN_CODE_MARGIN_S
+    wait_s = _wait_s(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, own)
+    (result,) = await run_batch(st, who, task, batch_id, [(rt, payload)], wait_s)
     compiled = len(st.table.reward_types[rt].stages) > 1
     return JSONResponse(to_run_code_response(result, compiled).model_dump(mode="json"))
 
@@ -359,14 +427,18 @@ class GetRewardRequest(BaseModel):
     labels: list[Any] | None = None
 
 
+# OpenRLHF 0.11 (openrlhf/utils/agent.py, SingleTurnAgentExecutor._fetch_rewards_via_http) gives
+# each POST 180 s in total and retries any failure 5 times after 1 s. Answering a 504 before its
+# client gives up lets the retry reattach to the same batch (see _content_id).
+OPENRLHF_CLIENT_TIMEOUT_S = 180.0
+OPENRLHF_WAIT_S = OPENRLHF_CLIENT_TIMEOUT_S - 10.0
+
+
+def _content_id(reward_type: str, body: GetRewardRequest) -> str:
+    return _hash([reward_type, body.query, body.prompts, body.labels])
+
+
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.DOTALL | re.MULTILINE)
-
-
-def response_text(query: str, prompt: str | None) -> str:
-    """OpenRLHF sends prompt + response as ``query``; the reward judges the response alone."""
-    if prompt and query.startswith(prompt):
-        return query[len(prompt) :]
-    return query
 
 
 def reward_payload(reward_type: str, response: str, label: Any) -> dict[str, Any]:
@@ -374,8 +446,6 @@ def reward_payload(reward_type: str, response: str, label: Any) -> dict[str, Any
     judged code type runs the response's last fenced block against the label's tests
     (``[{stdin, expected_stdout}]`` or ``{"inputs": [...], "outputs": [...]}``, maybe as JSON)."""
     if reward_type in ("cpp", "python", "cuda"):
-        import json
-
         tests: Any = label
         if isinstance(tests, str):
             try:
@@ -428,15 +498,30 @@ async def get_reward(
         )
     if n == 0:
         return JSONResponse({"rewards": [], "scores": [], "extra_logs": {}})
-    prompts: list[str | None] = list(body.prompts) if body.prompts else [None] * n
+    if body.prompts is None:
+        raise ApiError(
+            422,
+            "missing_field",
+            "prompts: required, so that only the response part of each query is graded",
+            field="prompts",
+        )
     labels = body.labels or [None] * n
-    items = [
-        (rt, reward_payload(rt, response_text(q, p), lab))
-        for q, p, lab in zip(body.query, prompts, labels, strict=True)
-    ]
+    items = []
+    for i, (q, p, lab) in enumerate(zip(body.query, body.prompts, labels, strict=True)):
+        try:
+            response = split_response(q, p)
+        except SplitError as e:
+            raise ApiError(422, "unsplittable_query", f"prompts[{i}]: {e}", field=f"prompts[{i}]") from None
+        items.append((rt, reward_payload(rt, response, lab)))
     task = _header_id(x_distrs_task, "X-DistRS-Task", _default_task("openrlhf", who))
-    batch_id = _header_id(x_distrs_batch, "X-DistRS-Batch", "gr-" + uuid.uuid4().hex)
-    results = await run_batch(st, who, task, batch_id, items, _wait_s(x_distrs_timeout, st), "query")
+    # Without X-DistRS-Batch the batch id is the call's content: OpenRLHF retries a timed-out call
+    # with the same body, and the retry then waits on the first call's batch instead of running
+    # it again (scores are a function of the content).
+    batch_id = _header_id(x_distrs_batch, "X-DistRS-Batch", "gr-" + _content_id(rt, body))
+    wait_s = (
+        _wait_s(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, OPENRLHF_WAIT_S)
+    )
+    results = await run_batch(st, who, task, batch_id, items, wait_s, "query")
     rewards = [float(r.score) for r in results]
     extra_logs = {
         "distrs_ok": [1.0 if r.status is Status.OK else 0.0 for r in results],

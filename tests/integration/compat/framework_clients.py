@@ -1,8 +1,5 @@
-"""How the frameworks' own clients call a reward service, reproduced call for call.
-
-verl and OpenRLHF do not install without a GPU training stack, so the tests speak their protocols
-through these stand-ins, which send the same bytes and apply the same retry rules (checked against
-verl 0.9.1 and OpenRLHF 0.11.2):
+"""How verl's sandbox client calls ``/run_code``, reproduced call for call (checked against verl
+0.9.1); the OpenRLHF tests load OpenRLHF's own client instead (``framework_sources.py``).
 
 * verl (``verl/utils/reward_score/sandbox_fusion/utils.py``, ``call_sandbox_api``): ``requests.post``
   of a JSON string with ``Content-Type`` and ``Accept: application/json``; the payload holds
@@ -10,11 +7,6 @@ verl 0.9.1 and OpenRLHF 0.11.2):
   a 504 is retried up to 3 attempts with a linearly growing delay (1 s, 2 s; none after the last
   attempt), any other error ends the call; the caller reads ``status`` and
   ``run_result.{status, stdout, stderr, return_code}``.
-* OpenRLHF (``openrlhf/utils/agent.py``, ``SingleTurnAgentExecutor._fetch_rewards_via_http``): one
-  POST per finished rollout of ``{"query": [prompt + response], "prompts": [prompt], "labels":
-  [label]}`` with a 180 s timeout, ``raise_for_status``, any error retried after a 1 s sleep up to
-  5 times; reads ``rewards``, ``scores`` (falling back to ``rewards``) and ``extra_logs``. It uses
-  aiohttp; the stand-in uses requests, which puts the same request on the wire.
 
 Sleeps are shortened so the tests stay fast.
 """
@@ -71,27 +63,26 @@ def verl_call_sandbox_api(
     return None, last_error, attempt + 1
 
 
-def openrlhf_remote_rm_fn(
-    url: str,
-    queries: list[str],
-    prompts: list[str],
-    labels: list[Any],
-    try_max_times: int = 5,
-    sleep_s: float = 0.05,
-    headers: dict[str, str] | None = None,
-) -> tuple[dict[str, Any], int]:
-    """(response JSON, attempts); retries any exception like OpenRLHF (sleep shortened)."""
-    data = {"query": queries, "prompts": prompts, "labels": labels}
-    for attempt in range(try_max_times):
-        try:
-            resp = requests.post(
-                url=url,
-                json=data,
-                headers={"Content-Type": "application/json", **(headers or {})},
-                timeout=180,
-            )
-            resp.raise_for_status()
-            return resp.json(), attempt + 1
-        except Exception:
-            time.sleep(sleep_s)
-    raise RuntimeError(f"Request error for {try_max_times} times")
+async def slime_remote_rm(url: str, sample: dict[str, Any], max_retries: int = 3) -> Any:
+    """slime's ``remote_rm`` (``slime/rollout/rm_hub/__init__.py``; slime is not on PyPI, checked
+    against its source): one aiohttp POST of ``{"prompt", "response", "label"}`` with a 30 s total
+    timeout, ``raise_for_status``, retried with exponential backoff; returns the parsed JSON, which
+    slime keeps as the reward (``reward[K]`` with ``--reward-key K``). Backoff shortened here."""
+    import asyncio
+
+    import aiohttp
+
+    body = {"prompt": sample["prompt"], "response": sample["response"], "label": sample["label"]}
+    timeout = aiohttp.ClientTimeout(total=30)
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        for attempt in range(max_retries):
+            try:
+                async with session.post(url, json=body) as resp:
+                    resp.raise_for_status()
+                    return await resp.json()
+            except Exception:
+                if attempt + 1 >= max_retries:
+                    raise
+                await asyncio.sleep(0.05 * 2**attempt)
+    return None

@@ -8,7 +8,6 @@ from distrs.core.model import Result, Status
 from distrs.proxy.routes.compat import (
     RunCodeRequest,
     _return_code,
-    response_text,
     reward_payload,
     run_code_payload,
     to_run_code_response,
@@ -70,8 +69,6 @@ def test_return_code_from_reason(reason: str, code: int) -> None:
 
 
 def test_openrlhf_payloads() -> None:
-    assert response_text("PROMPT answer", "PROMPT ") == "answer"
-    assert response_text("other", "PROMPT") == "other"
     assert reward_payload("math", "x = 4", 4) == {"completion": "x = 4", "ground_truth": "4"}
     p = reward_payload("python", "a\n```python\nprint(1)\n```\n", '[{"stdin": "", "expected_stdout": "1"}]')
     assert p == {"code": "print(1)\n", "tests": [{"stdin": "", "expected_stdout": "1"}]}

@@ -64,8 +64,12 @@ def test_unsupported_language_and_bad_fields_are_422_naming_the_field(compat_ser
     assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "language"
     r = requests.post(url(compat_service), json={"language": "python"})
     assert r.status_code == 422 and "code" in r.json()["error"]["message"]
-    r = requests.post(url(compat_service), json={"code": "x", "files": {"a.txt": "aGk="}})
+    r = requests.post(url(compat_service), json={"code": "x", "files": {"../a.txt": "aGk="}})
     assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "files"
+    r = requests.post(url(compat_service), json={"code": "x", "files": {"a.txt": "not base64!"}})
+    assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "files"
+    r = requests.post(url(compat_service), json={"code": "x", "fetch_files": ["/etc/passwd"]})
+    assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "fetch_files"
 
 
 def test_auth_by_header_or_query_and_roles(compat_service: Service) -> None:

@@ -134,10 +134,12 @@ async def test_lease_not_yours_and_expired(api: Api) -> None:
     await register(api)
     await api.trainer.post("/v1/requests", json=req(0))
     ls = await lease(api, "compile", "w1")
-    r = await api.worker.post(
-        f"/v1/leases/{ls['lease_id']}/complete", json={"worker_id": "w2", "outcome": "next"}
+    # ownership is the token's: another token naming the same worker_id is refused
+    r = await api.admin.post(
+        f"/v1/leases/{ls['lease_id']}/complete", json={"worker_id": "w1", "outcome": "next"}
     )
     assert r.status_code == 403 and error(r)["code"] == "lease_not_yours"
+    assert error(r)["details"]["field"] == "lease_id"
     api.clock.t += 11  # past the 10 s lease TTL
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/heartbeat", json={"worker_id": "w1"})
     assert r.status_code == 409 and error(r)["code"] == "lease_expired"
@@ -156,7 +158,7 @@ async def test_release_gives_the_lease_back(api: Api) -> None:
     ls = await lease(api, "compile", "w1")
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker": "w1"})
     assert r.status_code == 422 and "worker_id" in error(r)["message"]
-    r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w2"})
+    r = await api.admin.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w1"})
     assert r.status_code == 403 and error(r)["code"] == "lease_not_yours"
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w1"})
     assert r.status_code == 200 and r.json() == {"lease_id": ls["lease_id"], "released": True}

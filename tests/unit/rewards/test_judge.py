@@ -71,14 +71,18 @@ def test_valid_payload_defaults() -> None:
     assert p2.compare is Compare.FLOAT and p2.float_tol == 0.5 and p2.scoring == "all"
 
 
-def test_payload_can_lower_limits_but_never_raise_them() -> None:
+def test_payload_lowers_time_and_sets_memory_up_to_the_cap() -> None:
     low = case_limits(parse_payload({**GOOD, "time_limit_s": 0.5, "memory_limit_mb": 64}, S), S, Limits())
     assert low.wall_s == 0.5 and low.memory_bytes == 64 << 20
     high = case_limits(
         parse_payload({**GOOD, "time_limit_s": 1e6, "memory_limit_mb": 1 << 30}, S), S, Limits()
     )
-    assert high.wall_s == S.test_time_s and high.memory_bytes == S.memory_mb << 20
+    assert high.wall_s == S.test_time_s and high.memory_bytes == S.max_memory_mb << 20
     assert high.output_bytes == S.output_bytes
+    raised = case_limits(parse_payload({**GOOD, "memory_limit_mb": 2048}, S), S, Limits())
+    assert raised.memory_bytes == 2048 << 20  # SandboxFusion's memory_limit_MB is the limit
+    default = case_limits(parse_payload(GOOD, S), S, Limits())
+    assert default.memory_bytes == S.memory_mb << 20
 
 
 def _run(
@@ -219,3 +223,27 @@ def test_raw_mode_reports_the_first_run() -> None:
             run_tests(FakeSession([_run()], [0.0], 0.1), ["p"], judged, Limits(), 100), judged, "x"
         ).detail
     )
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"files": {"../x": "aGk="}}, "files"),
+        ({"files": {"a/b": "aGk="}}, "files"),
+        ({"files": {"a": "%%%"}}, "files.a"),
+        ({"files": {"a": 3}}, "files.a"),
+        ({"files": ["a"]}, "files"),
+        ({"fetch_files": ["/etc/passwd"]}, "fetch_files"),
+        ({"fetch_files": "out.txt"}, "fetch_files"),
+        ({"compile_time_limit_s": -1}, "compile_time_limit_s"),
+    ],
+)
+def test_bad_files_name_the_field(extra: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidPayload) as e:
+        parse_payload({**GOOD, **extra}, S)
+    assert e.value.field == field
+
+
+def test_files_decode_and_none_is_skipped() -> None:
+    p = parse_payload({**GOOD, "files": {"in.txt": "aGk=", "gone": None}, "fetch_files": ["out.txt"]}, S)
+    assert p.files == (("in.txt", b"hi"),) and p.fetch_files == ("out.txt",)

@@ -6,7 +6,8 @@ import pytest
 
 from distrs.core.model import Status
 from distrs.core.pipeline_config import load_pipelines
-from distrs.rewards.base import StageInput, get_handler
+from distrs.rewards.base import StageInput
+from distrs.rewards.registry import get_handler
 from distrs.rewards.routing import next_stage, route
 from distrs.rewards.synthetic import SyntheticHandler
 

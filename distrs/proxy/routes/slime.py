@@ -1,0 +1,94 @@
+"""slime's remote reward protocol: ``POST /slime/reward``.
+
+slime (``--rm-type remote_rm --rm-url URL``, ``slime/rollout/rm_hub/__init__.py``, ``remote_rm``)
+posts one ``{"prompt", "response", "label"}`` per sample and keeps the parsed JSON reply as the
+sample's reward; with ``--reward-key K`` it reads ``reply[K]``. So the reply is the bare score
+when the URL gives no ``reward_key``, else ``{K: score, "status": ..., "detail": ...}``. slime sets
+no headers, so everything else is in the URL too: ``?token=``, ``reward_type=`` (default: the
+proxy's ``compat_reward_type``), ``reward_key=``, ``task=``.
+
+Only ``response`` is graded (never the prompt); ``label`` is the ground truth, or the tests for a
+code type (as for ``/get_reward``). slime gives each POST 30 s and retries failures up to 10 times
+with exponential backoff: the route answers 504 after 25 s at most, and the batch id is derived
+from the body, so a retry waits on the batch the first attempt started instead of running again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict
+
+from distrs.proxy.auth import Principal
+from distrs.proxy.deps import AppState, get_state
+from distrs.proxy.errors import ApiError
+from distrs.proxy.responses import JSONResponse
+from distrs.proxy.routes.compat import _default_task, compat_principal, reward_payload, run_batch
+
+router = APIRouter(tags=["compat"])
+
+SLIME_CLIENT_TIMEOUT_S = 30.0
+SLIME_WAIT_S = SLIME_CLIENT_TIMEOUT_S - 5.0
+_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
+
+
+class SlimeSample(BaseModel):
+    """One slime sample: the prompt (text or chat messages; not graded), the response, the label."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: Any = None
+    response: str
+    label: Any = None
+
+
+def content_batch_id(reward_type: str, body: SlimeSample) -> str:
+    """The batch id of a sample: equal bodies (a retry) share one batch."""
+    blob = json.dumps([reward_type, body.response, body.label], sort_keys=True, default=str)
+    return "sl-" + hashlib.sha256(blob.encode()).hexdigest()[:40]
+
+
+@router.post("/slime/reward")
+async def slime_reward(
+    body: SlimeSample,
+    who: Principal = Depends(compat_principal),
+    st: AppState = Depends(get_state),
+    reward_type: str | None = Query(None, description="Reward type; default the proxy's compat_reward_type."),
+    reward_key: str | None = Query(
+        None, description="Answer {reward_key: score, ...} instead of a bare score."
+    ),
+    task: str | None = Query(None, description="Task the requests belong to; default slime."),
+) -> JSONResponse:
+    """Score one slime sample."""
+    rt = reward_type or st.settings.compat_reward_type
+    if rt not in st.table.reward_types:
+        known = ", ".join(sorted(st.table.reward_types))
+        raise ApiError(
+            422,
+            "unknown_reward_type",
+            f"reward_type: {rt!r} is not served; known: {known}",
+            field="reward_type",
+        )
+    if reward_key is not None and not _KEY.match(reward_key):
+        raise ApiError(422, "invalid_query", f"reward_key: must match {_KEY.pattern}", field="reward_key")
+    if task is not None and not _ID.match(task):
+        raise ApiError(422, "invalid_query", f"task: must match {_ID.pattern}", field="task")
+    batch_id = content_batch_id(rt, body)
+    wait_s = min(st.settings.compat_wait_s, SLIME_WAIT_S)
+    (result,) = await run_batch(
+        st,
+        who,
+        task or _default_task("slime", who),
+        batch_id,
+        [(rt, reward_payload(rt, body.response, body.label))],
+        wait_s,
+    )
+    score = float(result.score)
+    if reward_key is None:
+        return JSONResponse(score)
+    return JSONResponse({reward_key: score, "status": result.status.value, "detail": result.detail})

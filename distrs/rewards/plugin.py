@@ -1,0 +1,167 @@
+"""Reward plugins: a user's scoring function run in a sandboxed child, one request at a time.
+
+A plugin is ``function(payload) -> float | bool | dict`` (the dict: ``{"score": number,
+"status"?: a result status, "detail"?: object}``), named ``module:function`` by an entry point of
+group ``distrs.rewards`` or by ``plugin:`` in the pipelines YAML (``registry.py``). The worker
+never imports it: each call starts ``plugin_child.py`` in the same jail the judged types use (no
+network, read-only system, rlimits), with the stage's deadline, so whatever the plugin does with
+an adversarial payload stays in that one request:
+
+* it returns a valid value: ``ok`` (score > 0, or ``true``) / ``wrong_answer`` (score <= 0, or
+  ``false``), or the status it gives;
+* it raises, returns something else, crashes or exceeds its memory: ``internal_error`` with the
+  error in ``detail.error`` (never the model's fault);
+* it runs past the deadline: the jail is killed and the request ends ``timeout``.
+
+The function's package must be importable by the worker's interpreter; when it lives outside the
+interpreter's prefixes (a source checkout), its directory is bound read-only into the jail.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from distrs.core.model import Status
+from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
+from distrs.rewards.python_reward import interpreter
+from distrs.sandbox import Limits, Mounts, Sandbox
+
+CHILD_SOURCE = Path(__file__).with_name("plugin_child.py")
+_STATUSES = {s.value for s in Status}
+
+
+class PluginSettings(BaseSettings):
+    """Limits of reward plugin calls (``DISTRS_PLUGIN_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="DISTRS_PLUGIN_", extra="ignore")
+
+    timeout_s: float = Field(
+        default=30.0, gt=0, description="Wall limit per plugin call (capped by the stage)."
+    )
+    memory_mb: int = Field(default=2048, gt=0, description="Address-space limit of the plugin child.")
+    python: str = Field(default="", description="Interpreter the plugin runs with; empty = the worker's.")
+
+
+@functools.cache
+def plugin_root(entry: str) -> str | None:
+    """The directory holding the plugin's top-level package, found without importing it."""
+    top = entry.partition(":")[0].split(".")[0]
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin in (None, "built-in", "frozen"):
+        return None
+    origin = Path(spec.origin).resolve()
+    return str(origin.parent.parent if origin.name == "__init__.py" else origin.parent)
+
+
+def _outside(path: str, prefixes: tuple[str, ...]) -> bool:
+    return not any(path == p or path.startswith(p.rstrip("/") + "/") for p in (*prefixes, "/usr"))
+
+
+def normalize(result: Any) -> StageOutput:
+    """The plugin's return value as a final output; internal_error for anything malformed."""
+    detail: dict[str, Any] = {}
+    status: Status | None = None
+    score: Any = result
+    if isinstance(result, dict):
+        score = result.get("score")
+        if result.get("status") is not None:
+            if result["status"] not in _STATUSES:
+                return _plugin_error(f"status {result['status']!r} is not one of {sorted(_STATUSES)}")
+            status = Status(result["status"])
+        if result.get("detail") is not None:
+            if not isinstance(result["detail"], dict):
+                return _plugin_error("detail must be an object")
+            detail = dict(result["detail"])
+    if isinstance(score, bool):
+        score = 1.0 if score else 0.0
+    if not isinstance(score, (int, float)) or not math.isfinite(score):
+        return _plugin_error(f"returned {snippet(repr(result), 200)}; expected a finite number, bool or dict")
+    if status is None:
+        status = Status.OK if score > 0 else Status.WRONG_ANSWER
+    return StageOutput.final(status, float(score), **detail)
+
+
+def _plugin_error(message: str, **extra: Any) -> StageOutput:
+    return StageOutput.final(
+        Status.INTERNAL_ERROR, 0.0, error={"source": "plugin", "message": message}, **extra
+    )
+
+
+class PluginHandler:
+    """Runs ``entry`` (``module:function``) on each request's payload in a fresh jailed child."""
+
+    def __init__(
+        self, entry: str, sandbox: Sandbox | None = None, settings: PluginSettings | None = None
+    ) -> None:
+        self.entry = entry
+        self._sandbox = sandbox
+        self._settings = settings or PluginSettings()
+
+    def ready(self) -> tuple[bool, str]:
+        try:
+            interpreter(self._settings.python)
+            if importlib.util.find_spec(self.entry.partition(":")[0].split(".")[0]) is None:
+                return False, f"plugin {self.entry!r}: package not installed"
+        except Exception as e:
+            return False, f"plugin {self.entry!r} unusable: {e}"
+        return True, ""
+
+    def run(self, inp: StageInput) -> StageOutput:
+        exe, mounts = interpreter(self._settings.python)
+        root = plugin_root(self.entry)
+        sys_path: list[str] = []
+        if root is not None and _outside(root, mounts.ro_paths):
+            mounts = Mounts(ro_paths=(*mounts.ro_paths, root), dev_paths=mounts.dev_paths, sys=mounts.sys)
+            sys_path.append(root)
+        timeout = min(self._settings.timeout_s, stage_budget(inp))
+        limits = Limits(
+            wall_s=timeout,
+            cpu_s=timeout,
+            memory_bytes=self._settings.memory_mb * MiB,
+            nproc=32,
+            fsize_bytes=16 * MiB,
+            nofile=128,
+            output_bytes=4 * MiB,
+        )
+        request = json.dumps({"entry": self.entry, "payload": inp.payload, "sys_path": sys_path})
+        sandbox = self._sandbox or shared_sandbox()
+        env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        with sandbox.session() as s:
+            s.write_file("plugin_child.py", CHILD_SOURCE.read_bytes())
+            r = s.run(
+                [exe, "-I", "-B", "plugin_child.py"],
+                limits=limits,
+                stdin=request.encode(),
+                env=env,
+                mounts=mounts,
+            )
+        if r.timed_out:
+            return StageOutput.final(
+                Status.TIMEOUT, 0.0, reason=f"plugin exceeded {timeout:.1f}s", plugin=self.entry
+            )
+        lines = r.stdout.decode("utf-8", errors="replace").strip().splitlines()
+        try:
+            reply = json.loads(lines[-1]) if lines else None
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            return _plugin_error(
+                f"plugin child ended ({r.describe()}) without a reply", stderr=snippet(r.stderr, 2000)
+            )
+        if not reply.get("ok"):
+            return _plugin_error(
+                str(reply.get("error", "plugin failed")),
+                traceback=snippet(str(reply.get("traceback", "")), 2000),
+            )
+        out = normalize(reply.get("result"))
+        out.detail.setdefault("plugin", self.entry)
+        return out

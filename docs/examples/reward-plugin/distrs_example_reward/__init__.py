@@ -1,0 +1,1 @@
+"""Example DistRS reward plugin (see docs/sandbox.md, "Reward plugins")."""

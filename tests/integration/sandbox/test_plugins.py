@@ -1,0 +1,91 @@
+"""Reward plugins found through entry points and run in the real bwrap jail."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from distrs.core.model import Status
+from distrs.core.pipeline_config import load_pipelines
+from distrs.rewards import registry
+from distrs.rewards.base import StageInput
+from distrs.rewards.plugin import PluginHandler, PluginSettings
+from distrs.sandbox.local import LocalSandbox
+from tests.integration.rewards.plugin_fixtures import EXAMPLE, install
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = install(tmp_path_factory.mktemp("plugins"))
+    sys.path[:0] = [str(root), str(EXAMPLE)]
+    registry._installed.cache_clear()
+    yield root
+    sys.path.remove(str(root))
+    sys.path.remove(str(EXAMPLE))
+    registry._installed.cache_clear()
+
+
+def run(sb: LocalSandbox, entry: str, payload: dict[str, Any], timeout_s: float = 30.0) -> Any:
+    h = PluginHandler(entry, sb, PluginSettings(timeout_s=timeout_s))
+    return h.run(StageInput("r", "t", "x", "verify", payload, timeout_s=timeout_s))
+
+
+def test_entry_points_register_plugins_like_builtins(plugin_path: Path) -> None:
+    known = registry.registered()
+    assert ("exact_match", "verify") in known and ("keywords", "verify") in known
+    assert ("cpp", "compile") in known and ("math", "verify") in known  # built-ins: same mechanism
+    table = load_pipelines()
+    assert table.reward_types["keywords"].stages == ("verify",)
+    with pytest.raises(KeyError, match="nope"):
+        registry.get_handler("nope", "verify")
+
+
+def test_example_plugin_scores_in_the_jail(plugin_path: Path, bwrap_sandbox: LocalSandbox) -> None:
+    h = registry.get_handler("exact_match", "verify")
+    assert h.ready() == (True, "")
+    ok = h.run(
+        StageInput("r", "t", "exact_match", "verify", {"completion": " Paris ", "ground_truth": "paris"})
+    )
+    assert ok.status is Status.OK and ok.score == 1.0
+    out = run(
+        bwrap_sandbox,
+        "distrs_example_reward.scoring:keywords",
+        {"completion": "Paris, France", "keywords": ["paris", "rome"]},
+    )
+    assert out.status is Status.OK and out.score == 0.5
+    out = run(
+        bwrap_sandbox, "distrs_example_reward.scoring:exact_match", {"completion": 3, "ground_truth": "3"}
+    )
+    assert out.status is Status.INVALID
+
+
+def test_a_raising_plugin_is_an_internal_error_for_that_request(
+    plugin_path: Path, bwrap_sandbox: LocalSandbox
+) -> None:
+    out = run(bwrap_sandbox, "bad_plugins:boom", {"completion": "x"})
+    assert out.status is Status.INTERNAL_ERROR
+    assert "RuntimeError: plugin bug on x" in out.detail["error"]["message"]
+    out = run(bwrap_sandbox, "bad_plugins:garbage", {})
+    assert out.status is Status.INTERNAL_ERROR and "'one'" in out.detail["error"]["message"]
+    out = run(bwrap_sandbox, "distrs_example_reward.scoring:keywords", {"completion": "x"})  # KeyError
+    assert out.status is Status.INTERNAL_ERROR and "KeyError" in out.detail["error"]["message"]
+
+
+def test_a_hanging_plugin_times_out(plugin_path: Path, bwrap_sandbox: LocalSandbox) -> None:
+    out = run(bwrap_sandbox, "bad_plugins:hang", {}, timeout_s=2.0)
+    assert out.status is Status.TIMEOUT
+    assert run(bwrap_sandbox, "bad_plugins:shout", {"completion": "ok"}).detail["text"] == "OK"
+
+
+def test_plugin_output_cannot_forge_the_reply_nor_see_service_env(
+    plugin_path: Path, bwrap_sandbox: LocalSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = run(bwrap_sandbox, "bad_plugins:forge", {})
+    assert out.status is Status.WRONG_ANSWER and out.score == 0.0
+    monkeypatch.setenv("DISTRS_TOKENS", "secret-token:admin")
+    out = run(bwrap_sandbox, "bad_plugins:secret", {})
+    assert out.detail["env"] == []
