@@ -51,6 +51,7 @@ ROUTES = [
     Route("GET", "/v1/stats", "admin"),
     Route("POST", "/run_code", "a", {"code": "print(1)", "language": "python"}),
     Route("POST", "/get_reward", "a", {"query": ["Px"], "prompts": ["P"]}),
+    Route("POST", "/slime/reward", "a", {"response": "x", "label": "1"}),
 ]
 BODY_ROUTES = [r for r in ROUTES if r.body is not None]
 COMPAT_HEADERS = {"X-DistRS-Timeout": "0.05"}
@@ -92,7 +93,7 @@ async def test_lone_surrogate_is_refused(hostile: Hostile, route: Route) -> None
     body[key] = ["\ud800"] if isinstance(body[key], list) else "x\ud800"
     raw = httpx_json(body)
     err = check_error(await call(hostile.by_name(route.role), route, content=raw), 400, 422)
-    if route.path in ("/v1/batches", "/v1/requests", "/run_code", "/get_reward"):
+    if route.path in ("/v1/batches", "/v1/requests", "/run_code", "/get_reward", "/slime/reward"):
         assert err["code"] == "invalid_string" and err["details"]["field"].startswith(key), err
     assert await hostile.store.snapshot(0.0) == type(await hostile.store.snapshot(0.0))(now=0.0)
 

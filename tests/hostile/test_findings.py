@@ -71,6 +71,7 @@ async def test_get_reward_and_run_code_are_held_to_the_payload_limit(hostile: Ho
         ("/get_reward", b'{"query": ["fine", "bad \\ud800"]}', "query.1"),
         ("/get_reward", b'{"query": ["fine"], "labels": [{"k": "\\udc00"}]}', "labels.0.k"),
         ("/run_code", b'{"code": "print(1)", "stdin": "\\ud83d"}', "stdin"),
+        ("/slime/reward", b'{"response": "x", "label": {"tests": ["\\udfff"]}}', "label.tests.0"),
         (
             "/v1/requests",
             b'{"requests": [{"task": "t", "batch_id": "b", "request_id": "r", "reward_type": "math",'

@@ -20,9 +20,10 @@ import json
 import re
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict
 
+from distrs.proxy import body as json_body
 from distrs.proxy.auth import Principal
 from distrs.proxy.deps import AppState, get_state
 from distrs.proxy.errors import ApiError
@@ -53,9 +54,9 @@ def content_batch_id(reward_type: str, body: SlimeSample) -> str:
     return "sl-" + hashlib.sha256(blob.encode()).hexdigest()[:40]
 
 
-@router.post("/slime/reward")
+@router.post("/slime/reward", openapi_extra=json_body.body_doc(SlimeSample))
 async def slime_reward(
-    body: SlimeSample,
+    request: Request,
     who: Principal = Depends(compat_principal),
     st: AppState = Depends(get_state),
     reward_type: str | None = Query(None, description="Reward type; default the proxy's compat_reward_type."),
@@ -65,6 +66,7 @@ async def slime_reward(
     task: str | None = Query(None, description="Task the requests belong to; default slime."),
 ) -> JSONResponse:
     """Score one slime sample."""
+    body = await json_body.read(request, SlimeSample)
     rt = reward_type or st.settings.compat_reward_type
     if rt not in st.table.reward_types:
         known = ", ".join(sorted(st.table.reward_types))
