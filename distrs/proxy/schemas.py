@@ -1,6 +1,6 @@
 """HTTP request and response bodies of API v1 (DESIGN.md). Unknown fields are rejected (422).
 
-Every id the API takes (task, batch, request, stage, worker, lease; path parameters and headers
+Every id the API takes (task, batch, request, stage, worker; path parameters and headers
 included) is checked against one pattern, ``ID_PATTERN``: 1-200 characters of ASCII letters,
 digits and ``. _ : @ + = -``. No ``/`` (the proxy keeps a task as ``TENANT/TASK`` in the store, so
 a ``/`` inside an id would make that name ambiguous and a path unreadable), no spaces or control

@@ -50,7 +50,8 @@ ROUTES = [
     ),
     Route("GET", "/v1/stats", "admin"),
     Route("POST", "/run_code", "a", {"code": "print(1)", "language": "python"}),
-    Route("POST", "/get_reward", "a", {"query": ["x"]}),
+    Route("POST", "/get_reward", "a", {"query": ["Px"], "prompts": ["P"]}),
+    Route("POST", "/slime/reward", "a", {"response": "x", "label": "1"}),
 ]
 BODY_ROUTES = [r for r in ROUTES if r.body is not None]
 COMPAT_HEADERS = {"X-DistRS-Timeout": "0.05"}
@@ -92,7 +93,7 @@ async def test_lone_surrogate_is_refused(hostile: Hostile, route: Route) -> None
     body[key] = ["\ud800"] if isinstance(body[key], list) else "x\ud800"
     raw = httpx_json(body)
     err = check_error(await call(hostile.by_name(route.role), route, content=raw), 400, 422)
-    if route.path in ("/v1/batches", "/v1/requests", "/run_code", "/get_reward"):
+    if route.path in ("/v1/batches", "/v1/requests", "/run_code", "/get_reward", "/slime/reward"):
         assert err["code"] == "invalid_string" and err["details"]["field"].startswith(key), err
     assert await hostile.store.snapshot(0.0) == type(await hostile.store.snapshot(0.0))(now=0.0)
 
@@ -157,7 +158,10 @@ async def test_bad_ids_in_paths_are_4xx_naming_the_parameter(hostile: Hostile, b
         err = check_error(await hostile.a.get(path), 422)
         assert err["message"].startswith(f"path.{field}"), err
     err = check_error(
-        await hostile.a.post("/get_reward", json={"query": ["x"]}, headers={"X-DistRS-Task": bad}), 422
+        await hostile.a.post(
+            "/get_reward", json={"query": ["Px"], "prompts": ["P"]}, headers={"X-DistRS-Task": bad}
+        ),
+        422,
     )
     assert err["details"]["field"] == "X-DistRS-Task"
 
@@ -197,7 +201,12 @@ async def test_after_the_barrage_legitimate_work_completes(hostile: Hostile) -> 
     worker = asyncio.create_task(work(hostile.worker, ["verify"], stop))
     try:
         r = await hostile.a.post(
-            "/get_reward", json={"query": ["the answer is 42", "it is 41"], "labels": ["42", "42"]}
+            "/get_reward",
+            json={
+                "query": ["Q: the answer is 42", "Q: it is 41"],
+                "prompts": ["Q:", "Q:"],
+                "labels": ["42", "42"],
+            },
         )
         assert r.status_code == 200, r.text
         assert r.json()["rewards"] == [1.0, 0.0]

@@ -22,12 +22,15 @@ async def test_a_tenant_cannot_squat_another_tenants_compat_task(hostile: Hostil
     stop = asyncio.Event()
     worker = asyncio.create_task(work(hostile.worker, ["verify"], stop))
     try:
-        r = await hostile.a.post("/get_reward", json={"query": ["=42", "=7"], "labels": ["42", "42"]})
+        body = {"query": ["Q=42", "Q=7"], "prompts": ["Q", "Q"], "labels": ["42", "42"]}
+        r = await hostile.a.post("/get_reward", json=body)
         assert r.status_code == 200, r.text
         assert r.json()["rewards"] == [1.0, 0.0]
         # the same with A naming the batch B registered under the same names
         r = await hostile.a.post(
-            "/get_reward", json={"query": ["=42"], "labels": ["42"]}, headers={"X-DistRS-Batch": "gr-1"}
+            "/get_reward",
+            json={"query": ["Q=42"], "prompts": ["Q"], "labels": ["42"]},
+            headers={"X-DistRS-Batch": "gr-1"},
         )
         assert r.status_code == 200 and r.json()["rewards"] == [1.0], r.text
     finally:
@@ -54,7 +57,7 @@ async def test_get_reward_is_held_to_the_bulk_limit(hostile: Hostile) -> None:
 
 
 async def test_get_reward_and_run_code_are_held_to_the_payload_limit(hostile: Hostile) -> None:
-    r = await hostile.a.post("/get_reward", json={"query": ["ok", "y" * 5000]})
+    r = await hostile.a.post("/get_reward", json={"query": ["Pok", "P" + "y" * 5000], "prompts": ["P", "P"]})
     assert r.status_code == 413, r.text
     assert r.json()["error"]["details"]["field"] == "query.1"
     r = await hostile.a.post("/run_code", json={"code": "#" * 5000, "language": "python"})
@@ -68,6 +71,7 @@ async def test_get_reward_and_run_code_are_held_to_the_payload_limit(hostile: Ho
         ("/get_reward", b'{"query": ["fine", "bad \\ud800"]}', "query.1"),
         ("/get_reward", b'{"query": ["fine"], "labels": [{"k": "\\udc00"}]}', "labels.0.k"),
         ("/run_code", b'{"code": "print(1)", "stdin": "\\ud83d"}', "stdin"),
+        ("/slime/reward", b'{"response": "x", "label": {"tests": ["\\udfff"]}}', "label.tests.0"),
         (
             "/v1/requests",
             b'{"requests": [{"task": "t", "batch_id": "b", "request_id": "r", "reward_type": "math",'
@@ -151,7 +155,7 @@ async def test_an_unreachable_store_answers_503_with_retry_after(unused_tcp_port
             (cs["worker"], "POST", "/v1/leases", {"stage": "verify", "worker_id": "w", "wait_s": 0}),
             (cs["worker"], "POST", "/v1/leases/L/heartbeat", {"worker_id": "w"}),
             (cs["admin"], "GET", "/v1/stats", None),
-            (cs["a"], "POST", "/get_reward", {"query": ["x"]}),
+            (cs["a"], "POST", "/get_reward", {"query": ["Px"], "prompts": ["P"]}),
         ]
         for c, method, path, body in calls:
             r = await c.request(method, path, json=body)

@@ -148,8 +148,16 @@ def too_many(field: str, n: int, limit: int) -> ApiError:
 
 
 def check_payload(st: AppState, payload: Any, where: str) -> None:
-    """413 when ``payload`` encodes to more than ``max_payload_bytes``."""
-    size = len(orjson.dumps(payload))
+    """413 when ``payload`` encodes to more than ``max_payload_bytes``; 422 when it cannot be
+    encoded at all (a lone surrogate that reached a payload past the body reader)."""
+    try:
+        size = len(orjson.dumps(payload))
+    except orjson.JSONEncodeError:
+        inner = json_body.surrogate_path(payload)
+        field = f"{where}.{inner}" if inner and inner != "body" else where
+        raise ApiError(
+            422, "invalid_string", f"{field}: not valid Unicode text (a lone surrogate)", field=field
+        ) from None
     if size > st.settings.max_payload_bytes:
         raise ApiError(
             413,

@@ -6,6 +6,7 @@ validate strictly against the Kubernetes schema; then each case checks what it i
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,10 @@ CASES: dict[str, dict[str, Any]] = {
         }
     },
     "monitoring": {
-        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}}
+        "metrics": {
+            "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "auth": {"enabled": True},
+        }
     },
     "gvisor": {
         "workers": {
@@ -249,6 +253,18 @@ def test_service_monitors_point_at_existing_ports(rendered: dict[str, Any]) -> N
         services = [s for s in find(objs, "Service") if sel.items() <= s["metadata"]["labels"].items()]
         assert len(services) == 1
         assert sm["spec"]["endpoints"][0]["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
+    # the proxy's /metrics needs a token: its ServiceMonitor sends the Secret's metrics token, which
+    # the proxy accepts (role metrics) and the helm test sends too
+    (proxy_sm,) = [m for m in monitors if m["metadata"]["name"].endswith("-proxy")]
+    auth = proxy_sm["spec"]["endpoints"][0]["authorization"]
+    ref = auth["credentials"]
+    assert auth["type"] == "Bearer"
+    (secret,) = [s for s in find(objs, "Secret") if s["metadata"]["name"] == ref["name"]]
+    token = base64.b64decode(secret["data"][ref["key"]]).decode()
+    assert f"{token}:metrics" in base64.b64decode(secret["data"]["tokens"]).decode().split(",")
+    (proxy,) = [o for o in find(objs, "Deployment") if o["metadata"]["name"] == f"{F}-proxy"]
+    proxy_env = env_of(proxy["spec"]["template"]["spec"]["containers"][0])
+    assert proxy_env["DISTRS_METRICS_AUTH"] == "true" and proxy_env["DISTRS_METRICS_TENANT_LABELS"] == "false"
 
 
 def test_gvisor_runtime_class_only_where_asked(rendered: dict[str, Any]) -> None:

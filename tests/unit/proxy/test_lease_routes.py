@@ -9,15 +9,17 @@ from distrs.core.model import RequestState, Status
 from distrs.store.base import NewRequest
 from tests.unit.proxy.conftest import Api
 
+TASK = "tenant-a/t1"  # the store name of tenant-a's task t1 (the proxy scopes tasks by tenant)
+
 
 async def _submit_direct(api: Api, rid: str, payload: dict[str, Any], size: int = 2) -> None:
     """Put a request in the store as-is (what the ingest routes would refuse to let through)."""
-    if await api.store.get_batch("t1", "b1") is None:
+    if await api.store.get_batch(TASK, "b1") is None:
         r = await api.trainer.post("/v1/batches", json={"task": "t1", "batch_id": "b1", "size": size})
         assert r.status_code == 201, r.text
     new = NewRequest(
         tenant="tenant-a",
-        task="t1",
+        task=TASK,
         batch_id="b1",
         request_id=rid,
         reward_type="synthetic",
@@ -49,7 +51,7 @@ async def test_unrenderable_lease_ends_its_request_and_serves_the_next(api: Api)
     assert r.status_code == 200, r.text
     assert r.json()["request_id"] == "good"
     for rid in ("bad-str", "bad-int"):
-        rec = await api.store.get_request("t1", rid)
+        rec = await api.store.get_request(TASK, rid)
         assert rec is not None and rec.state is RequestState.DONE and rec.result is not None
         assert rec.result.status is Status.INVALID
         assert "cannot be encoded as JSON" in rec.result.detail["error"]
@@ -114,9 +116,9 @@ async def test_bundle_lease_heartbeat_and_complete_per_request(api: Api) -> None
     assert out[0]["next_stage"] == "execute" and out[3]["request_id"] == "r2"
     assert out[1]["error"]["code"] == "invalid_request" and "result" in out[1]["error"]["message"]
     assert out[2]["error"]["code"] == "lease_not_yours"
-    r2 = await api.store.get_request("t1", "r2")
+    r2 = await api.store.get_request(TASK, "r2")
     assert r2 is not None and r2.result is not None and r2.result.status is Status.WRONG_ANSWER
-    r1 = await api.store.get_request("t1", "r1")
+    r1 = await api.store.get_request(TASK, "r1")
     assert r1 is not None and r1.state is RequestState.RUNNING  # still its lease, still held
 
 
@@ -150,7 +152,7 @@ async def test_bundle_with_an_unrenderable_request_serves_the_rest(api: Api) -> 
     await _submit_direct(api, "ok2", {"durations": {"compile": 1.0}})
     got = await _bundle(api, 8)
     assert [x["request_id"] for x in got["leases"]] == ["ok1", "ok2"]
-    bad = await api.store.get_request("t1", "bad")
+    bad = await api.store.get_request(TASK, "bad")
     assert bad is not None and bad.result is not None and bad.result.status is Status.INVALID
     r = await api.worker.post(
         "/v1/leases/bundle", json={"stage": "compile", "worker_id": "w1", "max_items": 2}
