@@ -120,12 +120,18 @@ class Worker:
 
     # the loop --------------------------------------------------------------------------------
     def run(self, idle_backoff_s: float = 1.0) -> None:
+        said = None  # the not-ready reason last logged: one line per reason, not one per check
         while not self._draining.is_set():
             ok, why = self.readiness()
             if not ok:
-                log.warning("worker %s not ready: %s", self.worker_id, why)
+                if why != said:
+                    log.warning("worker %s not ready: %s", self.worker_id, why)
+                    said = why
                 self._draining.wait(idle_backoff_s * 5)
                 continue
+            if said is not None:
+                log.info("worker %s ready", self.worker_id)
+                said = None
             try:
                 self.run_once()
             except ProxyUnavailable as exc:

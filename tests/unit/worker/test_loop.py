@@ -158,6 +158,21 @@ def test_not_ready_handler_makes_worker_not_ready() -> None:
     assert not ok and "no GPU" in why
 
 
+def test_a_not_ready_worker_logs_its_reason_once_and_takes_no_work(caplog: pytest.LogCaptureFixture) -> None:
+    proxy = FakeProxy([{"lease_id": "l1"}])
+    w = make(proxy, Handler(StageOutput.next(), ready=(False, "SANDBOX UNAVAILABLE: no namespaces")))
+    t = threading.Thread(target=w.run, kwargs={"idle_backoff_s": 0.01})
+    t.start()
+    try:
+        threading.Event().wait(0.3)  # about six readiness checks
+    finally:
+        w.request_drain()
+        t.join(5)
+    lines = [r for r in caplog.records if "SANDBOX UNAVAILABLE" in r.getMessage()]
+    assert len(lines) == 1
+    assert proxy.leases  # nothing was leased
+
+
 def test_heartbeats_while_running_and_stop_after() -> None:
     gate = threading.Event()
     proxy = FakeProxy([lease(1)])
