@@ -29,6 +29,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 V1_MOUNT = Path("/sys/fs/cgroup")
+PIDS_HEADROOM = 8
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,30 @@ class RunCgroup:
                 _write(self.memory / "memory.memsw.limit_in_bytes", value)
         if self._has_pids:
             target = self.pids if self.pids is not None else self.memory
-            _write(target / "pids.max", "max" if pids is None else str(pids))
+            # the jail's own processes (bwrap, its init, setpriv/prlimit) count here too; the
+            # program's own budget is RLIMIT_NPROC
+            _write(target / "pids.max", "max" if pids is None else str(pids + PIDS_HEADROOM))
         self._limits = (memory_bytes, pids)
+
+    def empty(self) -> bool:
+        """No process is left in the cgroups (a finished run's PID namespace dies asynchronously)."""
+        for d in (self.memory, self.pids):
+            if d is None:
+                continue
+            try:
+                if (d / "cgroup.procs").read_text().strip():
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def wait_empty(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.empty():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True
 
     def trampoline(self) -> list[str]:
         """``sh -c`` that moves itself into the cgroups, then execs the rest of argv."""

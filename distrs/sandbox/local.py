@@ -282,6 +282,10 @@ class LocalSandbox:
                     if uid not in self._uid_cgroups:
                         self._uid_cgroups[uid] = RunCgroup(self._cgroups, f"distrs-uid-{uid}")
                     cg = self._uid_cgroups[uid]
+                # the uid's last run may still be dying (a fork bomb takes a moment to reap):
+                # its processes must not count against this run
+                if not cg.wait_empty(5.0):
+                    raise SandboxError(f"processes of the previous run of uid {uid} did not end")
             cg.set(memory, limits.nproc)
             return cg
         except OSError as e:
