@@ -44,6 +44,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Header, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from distrs.core.languages import find_language, language_reward_type, language_table
 from distrs.core.model import BatchInfo, Result, Status
 from distrs.proxy.auth import INSECURE, Principal, Role
 from distrs.proxy.deps import AppState, get_state
@@ -58,7 +59,24 @@ router = APIRouter(tags=["compat"])
 
 _ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
 # SandboxFusion language name -> our reward type.
-LANGUAGES = {"python": "python", "python3": "python", "cpp": "cpp", "c++": "cpp", "cuda": "cuda"}
+# Languages not in languages.yaml: SandboxFusion name -> reward type.
+EXTRA_LANGUAGES = {"cuda": "cuda"}
+
+
+def run_code_language(name: str, served: dict[str, Any]) -> tuple[str, bool] | None:
+    """(reward type, has a compile step) for a SandboxFusion language name this service serves."""
+    found = find_language(name)
+    if found is not None:
+        canon, spec = found
+        rt = language_reward_type(canon, spec)
+        return (rt, spec.compile is not None) if rt in served else None
+    extra = EXTRA_LANGUAGES.get(name.lower())
+    return (extra, True) if extra is not None and extra in served else None
+
+
+def served_languages(served: dict[str, Any]) -> list[str]:
+    names = [n for n, spec in language_table().items() if language_reward_type(n, spec) in served]
+    return names + [n for n, rt in EXTRA_LANGUAGES.items() if rt in served]
 
 
 # ---------------------------------------------------------------- auth and batch plumbing
@@ -373,16 +391,17 @@ async def run_code(
     x_distrs_batch: str | None = Header(None),
     x_distrs_timeout: str | None = Header(None),
 ) -> JSONResponse:
-    """SandboxFusion-compatible single run (python, cpp; cuda with GPU workers)."""
-    rt = LANGUAGES.get(body.language.lower())
-    if rt is None or rt not in st.table.reward_types:
-        served = sorted(k for k, v in LANGUAGES.items() if v in st.table.reward_types)
+    """SandboxFusion-compatible single run in any language of languages.yaml (cuda with GPU workers)."""
+    found = run_code_language(body.language, st.table.reward_types)
+    if found is None:
+        served = served_languages(st.table.reward_types)
         raise ApiError(
             422,
             "unsupported_language",
             f"language: {body.language!r} is not supported; supported: {', '.join(served)}",
             field="language",
         )
+    rt, compiled = found
     check_run_code_files(body)
     task = _header_id(x_distrs_task, "X-DistRS-Task", _default_task("sandboxfusion", who))
     payload = run_code_payload(body)
@@ -393,7 +412,6 @@ async def run_code(
     own = body.compile_timeout + body.run_timeout + RUN_CODE_MARGIN_S
     wait_s = _wait_s(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, own)
     (result,) = await run_batch(st, who, task, batch_id, [(rt, payload)], wait_s)
-    compiled = len(st.table.reward_types[rt].stages) > 1
     return JSONResponse(to_run_code_response(result, compiled).model_dump(mode="json"))
 
 
