@@ -1,5 +1,10 @@
 """The ``python`` reward type: one ``run`` stage executing the code once per test case.
 
+Besides stdin/stdout tests it judges call-based tests (``fn_name``: each case's stdin holds the
+JSON arguments, one per line, and its expected output the JSON return value, LeetCode style) and
+assert tests (``asserts``: a list of test snippets, each run after the solution in its namespace;
+a case passes when it exits 0), both through ``python_harness.py``.
+
 The interpreter is ``DISTRS_JUDGE_PYTHON`` or, by default, the worker's own (so programs may use
 the numeric libraries the image ships); its prefixes are bound read-only into the jail. It runs
 with ``-I`` (isolated: no PYTHON* variables, no user site, script dir not on ``sys.path``) and
@@ -14,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
@@ -31,6 +37,8 @@ from distrs.rewards.judged_handler import JudgedHandler
 from distrs.sandbox import Limits, Mounts
 
 SOURCE = "main.py"
+HARNESS = "harness.py"
+HARNESS_SOURCE = Path(__file__).with_name("python_harness.py")
 # Python reports a source that does not compile before running anything, without a traceback
 # header: '  File "main.py", line N' ... 'SyntaxError: ...'. Errors raised later (exec, import of a
 # broken module) come with "Traceback (most recent call last):" and stay runtime errors.
@@ -79,10 +87,15 @@ class PythonRunHandler(JudgedHandler):
         exe, mounts = interpreter(self._settings.python)
         sandbox = self.sandbox
         limits = case_limits(p, self._settings, Limits())
+        argv = [exe, "-I", "-B", SOURCE]
+        if p.fn_name or p.asserts:  # call-based / assert tests: our harness runs the solution
+            argv = [exe, "-I", "-B", HARNESS, *(["call", p.fn_name] if p.fn_name else ["assert"])]
         with sandbox.session() as s:
             write_inputs(s, p)
             s.write_file(SOURCE, p.code.encode())
-            v = run_tests(s, [exe, "-I", "-B", SOURCE], p, limits, stage_budget(inp), mounts=mounts)
+            if p.fn_name or p.asserts:
+                s.write_file(HARNESS, HARNESS_SOURCE.read_bytes())
+            v = run_tests(s, argv, p, limits, stage_budget(inp), mounts=mounts)
             files = fetch_outputs(s, p)
         message = compile_error_of(v) if p.mode == "judge" else None
         if message is not None:
