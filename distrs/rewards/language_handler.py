@@ -21,6 +21,7 @@ import shutil
 from distrs.core.languages import LanguageSpec, generic_languages
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import (
     JudgedPayload,
     MiB,
@@ -33,7 +34,6 @@ from distrs.rewards.judge import (
     write_inputs,
 )
 from distrs.rewards.judged_handler import JudgedHandler
-from distrs.rewards.python_reward import interpreter
 from distrs.sandbox import Limits, MemoryKind, Mounts
 from distrs.sandbox.jail import JAIL_WORKDIR
 
@@ -79,6 +79,7 @@ class LanguageRunHandler(JudgedHandler):
         kind = MemoryKind.DATA if spec.memory == "data" else MemoryKind.AS
         budget = stage_budget(inp)
         sandbox = self.sandbox
+        check = self.special_judge(inp, p)
         with sandbox.session() as s:
             write_inputs(s, p)
             s.write_file(spec.file, p.code.encode())
@@ -111,7 +112,7 @@ class LanguageRunHandler(JudgedHandler):
                     )
                 budget = max(0.5, budget - r.wall_s)
             limits = case_limits(p, self._settings, Limits(memory_kind=kind, nproc=256, nofile=1024))
-            v = run_tests(s, _expand(spec.run, exe), p, limits, budget, env=env, mounts=mounts)
+            v = run_tests(s, _expand(spec.run, exe), p, limits, budget, env=env, mounts=mounts, check=check)
             files = fetch_outputs(s, p)
         return verdict_output(v, p, sandbox.isolation, files, language=self.name)
 
