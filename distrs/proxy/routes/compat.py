@@ -486,7 +486,7 @@ async def get_reward(
         raise ApiError(
             422,
             "unknown_reward_type",
-            f"X-DistRS-Reward-Type: {rt!r} is not served",
+            f"X-DistRS-Reward-Type: {rt!r} is not served; known: {', '.join(sorted(st.table.reward_types))}",
             field="X-DistRS-Reward-Type",
         )
     if n == 0:
