@@ -1,9 +1,14 @@
 """Drop-in endpoints for trainers that already speak another reward protocol.
 
 * SandboxFusion ``POST /run_code`` - what verl's sandbox integration calls per test case: run one
-  program (``python``, ``cpp``; ``cuda`` where the service has GPU workers) on ``stdin`` and return
-  SandboxFusion's response shape (``status`` Success|Failed|SandboxError, ``compile_result``,
-  ``run_result`` with ``status`` Finished|Error|TimeLimitExceeded).
+  program (any language of ``distrs/core/languages.yaml``, by its name or SandboxFusion's;
+  ``cuda`` where the service has GPU workers) on ``stdin`` with ``files``/``fetch_files`` and
+  ``memory_limit_MB``, and return SandboxFusion's response with its status and message rules
+  (``status`` Success|Failed|SandboxError, ``compile_result``, ``run_result`` with ``status``
+  Finished|Error|TimeLimitExceeded, ``files``); output is kept up to SandboxFusion's 1 MiB per
+  stream and any cut is said in ``message``. The wait ends before verl's own request timeout
+  (``compile_timeout + run_timeout + 10`` s) and the batch id is derived from the request, so
+  verl's retry of a 504 reattaches to the first attempt's run.
 * OpenRLHF ``POST /get_reward`` - the remote reward model protocol: ``{"query", "prompts",
   "labels"}`` in, ``{"rewards", "scores", "extra_logs"}`` out, scored with one reward type
   (``math`` unless the ``X-DistRS-Reward-Type`` header says otherwise). Only the response is
@@ -13,7 +18,7 @@
   batch id derived from its content, so the client's retry of a timed-out call waits on the
   same batch instead of running it again.
 
-Both go through exactly the pipelines ``/v1/requests`` uses: the call registers a batch, submits
+All go through exactly the pipelines ``/v1/requests`` uses: the call registers a batch, submits
 its requests to the store (so EBF queues, the planner and history all see them) and waits for the
 batch's results. Optional headers: ``X-DistRS-Task`` (default ``sandboxfusion`` / ``openrlhf``, suffixed
 ``.TENANT`` for a named tenant),
@@ -24,11 +29,10 @@ Neither framework's client sends credentials, so besides ``Authorization: Bearer
 accept the trainer token as a ``?token=`` query parameter (it is part of the URL both frameworks
 let you configure).
 
-``/run_code`` is served by the judged handlers: the program runs as one test case whose expected
-output is empty, compared exactly, so a program that prints anything is judged ``wrong_answer`` and
-its (captured) stdout comes back in the result detail. That detail is a capped snippet; when a
-handler reports a raw run (``detail["run"]`` with full ``stdout``/``stderr``/``return_code``,
-requested with ``"mode": "raw"`` in the payload) it is used as is.
+``/run_code`` is served by the judged handlers: the program runs as one test case with
+``"mode": "raw"``, so the handler reports the run itself (``detail["run"]``: ``stdout``/``stderr``
+up to 1 MiB with truncation flags, ``return_code``, whether it timed out or hit the output cap)
+and the fetched files (``detail["files"]``). slime's route lives in ``slime.py``.
 """
 
 from __future__ import annotations
