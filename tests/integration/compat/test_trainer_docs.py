@@ -89,3 +89,16 @@ def test_named_function_scores_with_the_documented_kwargs(compat_service: Servic
 
     assert asyncio.run(one("so \\boxed{72}")) == 1.0
     assert asyncio.run(one("so \\boxed{71}")) == 0.0
+
+
+def test_documented_openrlhf_flags_exist_in_openrlhf() -> None:
+    """Every ``--flag`` of the OpenRLHF command is one OpenRLHF 0.11.2's trainer parses."""
+    from tests.integration.compat.framework_sources import OPENRLHF
+
+    cli = source(*OPENRLHF, "openrlhf/cli/train_ppo_ray.py").read_text()
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", DOC.read_text(), re.DOTALL) if "train_ppo_ray" in b]
+    assert blocks
+    flags = [w for b in blocks for w in shlex.split(b.replace("\\\n", " ")) if w.startswith("--")]
+    assert "--reward.remote_url" in flags
+    for flag in flags:
+        assert f'"{flag}"' in cli, f"{flag} is not an OpenRLHF 0.11.2 option"
