@@ -5,6 +5,7 @@ not installed on this host."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import requests
 
 from distrs.core.languages import find_language, language_table
 from distrs.rewards.language_handler import JAIL_PATH, runtime_installed
-from tests.fixtures.service import TRAINER_A, Service
+from tests.fixtures.service import TRAINER_A, Service, running_service
 from tests.integration.compat.framework_sources import verl_sandbox_utils
 from tests.integration.sandbox.language_programs import PROGRAMS
 
@@ -24,6 +25,13 @@ LANGS = sorted(n for n in PROGRAMS if n != "pytest")
 @pytest.fixture(scope="module")
 def verl() -> Any:
     return verl_sandbox_utils()
+
+
+@pytest.fixture(scope="module")
+def lang_service() -> Iterator[Service]:
+    """JVM compilers (kotlinc, scalac) take longer than the shared fixture's 5 s lease."""
+    with running_service(workers={"run": 1, "compile": 1}, env={"DISTRS_LEASE_TTL_S": "60"}) as svc:
+        yield svc
 
 
 def call(
@@ -40,26 +48,26 @@ def call(
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_language_over_run_code(compat_service: Service, verl: Any, lang: str) -> None:
+def test_language_over_run_code(lang_service: Service, verl: Any, lang: str) -> None:
     found = find_language(lang)
     assert found is not None
     _, spec = found
     if not runtime_installed(spec, ""):
         pytest.skip(f"{lang}: runtime {spec.runtime!r} is not installed on this host (in {JAIL_PATH})")
     progs = PROGRAMS[lang]
-    hello = call(compat_service, verl, lang, progs["hello"], None)
+    hello = call(lang_service, verl, lang, progs["hello"], None)
     assert hello["status"] == "Success", hello
     assert hello["run_result"]["stdout"].strip() == "hello"
     assert (hello["compile_result"] is not None) == (spec.compile is not None)
-    doubled = call(compat_service, verl, lang, progs["stdin"], "21\n")
+    doubled = call(lang_service, verl, lang, progs["stdin"], "21\n")
     assert doubled["status"] == "Success" and doubled["run_result"]["stdout"].strip() == "42", doubled
-    broken = call(compat_service, verl, lang, progs["broken"], None)
+    broken = call(lang_service, verl, lang, progs["broken"], None)
     assert broken["status"] == "Failed"
     if spec.compile is not None:
         assert broken["run_result"] is None and broken["compile_result"]["return_code"] != 0
     else:
         assert broken["run_result"]["return_code"] != 0
-    loop = call(compat_service, verl, lang, progs["loop"], None, run_timeout=1)
+    loop = call(lang_service, verl, lang, progs["loop"], None, run_timeout=1)
     assert loop["status"] == "Failed" and loop["run_result"]["status"] == "TimeLimitExceeded", loop
 
 
