@@ -70,6 +70,7 @@ def proxy(
 
     from distrs.config import ProxySettings
     from distrs.proxy.app import create_app
+    from distrs.proxy.server import uvicorn_config
 
     _setup_logging(log_level)
     overrides: dict[str, Any] = {
@@ -78,14 +79,10 @@ def proxy(
     if insecure:
         overrides["insecure"] = True
     settings = ProxySettings(**overrides)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=10,
+    server_config = uvicorn_config(
+        create_app(settings), settings, log_level=log_level.lower(), timeout_graceful_shutdown=10
     )
+    uvicorn.Server(server_config).run()
 
 
 @app.command()
@@ -102,6 +99,10 @@ def worker(
     log_level: LogLevel = "info",
 ) -> None:
     """Run one stage worker: pull leases, run the handler, report; SIGTERM drains."""
+    from distrs.worker.isolation import enter
+
+    handed_token = enter()  # first, before any thread: may re-execute this process (same pid)
+
     from distrs.config import WorkerSettings
     from distrs.core.pipeline_config import load_pipelines
     from distrs.worker.health import serve_health
@@ -117,18 +118,21 @@ def worker(
         if v is not None
     }
     s = WorkerSettings(**overrides)
+    token = handed_token or s.read_token()
     types = [t.strip() for t in s.reward_types.split(",")] if s.reward_types else None
     table = load_pipelines(s.pipelines_file)
 
     def make(worker_id: str | None) -> Worker:
         return Worker(
             s.stage,
-            HttpProxyClient(s.proxy_url, s.token),
+            HttpProxyClient(s.proxy_url, token),
             table,
             worker_id=worker_id,
             reward_types=types,
             wait_s=min(s.wait_s, 5.0),
             heartbeat_s=s.heartbeat_s,
+            max_bundle=s.max_bundle,
+            bundle_target_s=s.bundle_target_s,
         )
 
     if threads > 1 or control_stdin:

@@ -47,14 +47,20 @@ class ProxySettings(StoreSettings):
         None, description="Inline tokens 'TOKEN:ROLE[:TENANT],...' (for env-based secrets)."
     )
     pipelines_file: str | None = Field(None, description="YAML overriding the built-in stages/types.")
-    lease_ttl_s: float = Field(30.0, gt=0, description="Lease lifetime without a heartbeat.")
+    lease_ttl_s: float = Field(
+        6.0,
+        gt=0,
+        description="Lease lifetime without a heartbeat. Workers are told to heartbeat every third of "
+        "it, so a lease whose worker stopped is requeued within about this time plus "
+        "reaper_interval_s; a long run stays alive by its heartbeats.",
+    )
     max_attempts: int = Field(3, ge=1, description="Leases per request before it ends internal_error.")
     max_payload_bytes: int = Field(1 << 20, ge=1024, description="Largest accepted request payload.")
     max_body_bytes: int = Field(64 << 20, ge=1024, description="Largest accepted HTTP body.")
     max_artifact_bytes: int = Field(16 << 20, ge=1024, description="Largest artifact set per lease.")
     max_bulk: int = Field(4096, ge=1, description="Most requests in one bulk submit.")
     max_wait_s: float = Field(60.0, gt=0, description="Longest long-poll a client may ask for.")
-    reaper_interval_s: float = Field(1.0, gt=0, description="How often expired leases are requeued.")
+    reaper_interval_s: float = Field(0.5, gt=0, description="How often expired leases are requeued.")
     compat_reward_type: str = Field(
         "math",
         description="Reward type POST /get_reward scores with unless X-DistRS-Reward-Type says otherwise.",
@@ -62,20 +68,73 @@ class ProxySettings(StoreSettings):
     compat_wait_s: float = Field(
         600.0, gt=0, description="How long /run_code and /get_reward wait for their batch."
     )
+    metrics_tenant_labels: bool = Field(
+        False,
+        description="Label metrics with TENANT/TASK names; off: the task label is 'all' (names no tenant).",
+    )
+    metrics_auth: bool = Field(
+        False, description="GET /metrics needs a bearer token with role metrics or admin."
+    )
+    docs_enabled: bool = Field(True, description="Serve /docs and /openapi.json.")
+    max_header_bytes: int = Field(
+        64 << 10,
+        ge=4096,
+        description="Largest request line + headers; more is answered 431 and the connection closed.",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="Longest time to receive a request's headers (slow clients are closed)."
+    )
+    idle_timeout_s: float = Field(
+        15.0, gt=0, description="An idle keep-alive connection is closed after this many seconds."
+    )
+    retry_after_s: int = Field(
+        2, ge=1, description="Retry-After of a 503 answered while the store is unavailable."
+    )
 
 
 class WorkerSettings(_Base):
     proxy_url: str = Field("http://127.0.0.1:8000", description="Proxy the worker pulls from.")
     stage: str = Field("compile", description="Stage this worker serves.")
-    token: str | None = Field(None, description="Bearer token with role worker.")
+    token: str | None = Field(
+        None,
+        description="Bearer token with role worker. The worker re-executes itself without it in its "
+        "environment (distrs/worker/isolation.py), so no process it starts can read it.",
+    )
+    token_file: str | None = Field(
+        None, description="File holding the worker token (read once at start; wins over token)."
+    )
     worker_id: str | None = Field(None, description="Stable id; defaults to hostname-pid.")
     wait_s: float = Field(20.0, gt=0, description="Long-poll time per lease request.")
-    heartbeat_s: float = Field(5.0, gt=0, description="Heartbeat period while running a lease.")
+    heartbeat_s: float = Field(
+        5.0,
+        gt=0,
+        description="Longest heartbeat period while running a lease; a shorter one the proxy asks "
+        "for in the lease (a third of its lease TTL) takes precedence.",
+    )
+    max_bundle: int = Field(
+        32,
+        ge=1,
+        le=128,
+        description="Most requests leased in one call (a bundle); 1 = one request per lease call.",
+    )
+    bundle_target_s: float = Field(
+        0.25,
+        gt=0,
+        description="A bundle holds as many requests as run in about this time by the stage's "
+        "measured mean run time (long stages: one at a time).",
+    )
     reward_types: str | None = Field(
         None, description="Comma-separated reward types to serve (default: every type using the stage)."
     )
     health_port: int | None = Field(None, ge=0, le=65535, description="Port for /healthz and /readyz probes.")
     pipelines_file: str | None = Field(None, description="YAML overriding the built-in stages/types.")
+
+    def read_token(self) -> str | None:
+        """The token from ``token_file`` when set, else ``token``."""
+        if self.token_file:
+            with open(self.token_file, encoding="utf-8") as f:
+                return f.read().strip() or None
+        return self.token
 
 
 class PlannerSettings(StoreSettings):
@@ -131,6 +190,12 @@ class PlannerSettings(StoreSettings):
         None, description="This planner's identity in the Lease (default: hostname)."
     )
     api_timeout_s: float = Field(10.0, gt=0, description="Read timeout of one Kubernetes API call.")
+    metrics_tenant_labels: bool = Field(
+        False, description="Export per-batch estimates labelled with TENANT/TASK names on /metrics."
+    )
+    store_retry_s: float = Field(
+        2.0, gt=0, description="Wait between attempts while the store is unreachable (start-up included)."
+    )
     leader_lease_duration_s: int = Field(
         15, ge=5, description="Lease duration; a silent leader is replaced after it."
     )

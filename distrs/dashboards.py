@@ -7,7 +7,8 @@ integration test run each query against a live scrape. Regenerate the chart's co
     python -m distrs.dashboards deploy/helm/distrs/dashboards/distrs.json
 
 Queries use two template variables, ``$namespace`` and ``$task`` (multi-select, "All" = ``.*``),
-and Grafana's ``$__rate_interval``.
+and Grafana's ``$__rate_interval``. ``task`` is ``all`` unless the service exports tenant labels
+(``distrs.metrics``), so the same queries serve both modes.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import secrets
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -21,10 +23,11 @@ import uvicorn
 from distrs.actuators.local import LocalActuator
 from distrs.config import PlannerSettings, ProxySettings
 from distrs.core.pipeline_config import load_pipelines
-from distrs.core.stages import PipelineTable
+from distrs.core.stages import PipelineTable, ResourceClass
 from distrs.planner.loop import Planner
 from distrs.proxy.app import create_app
 from distrs.proxy.deps import AppState
+from distrs.proxy.server import uvicorn_config
 from distrs.rewards.registry import registered
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,26 @@ def ready_reward_types(table: PipelineTable) -> dict[str, list[str]]:
     return out
 
 
+def local_cpu_cap() -> int:
+    """Workers per CPU stage on this machine: the cores this process may use.
+
+    A CPU stage's workers each keep a core busy (a verifier, a compiler, a sandboxed program), so
+    more of them than cores only adds switching and memory; on a 2-core machine 32 workers per
+    stage ran short rewards at a fraction of the speed of 2.
+    """
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def stage_caps(table: PipelineTable, cpu_cap: int | None) -> dict[str, int]:
+    """The per-stage worker bound: ``cpu_cap`` for CPU stages, none for GPU stages."""
+    if cpu_cap is None:
+        return {}
+    return {name: cpu_cap for name, spec in table.stages.items() if spec.resource is ResourceClass.CPU}
+
+
 @dataclass
 class Running:
     url: str
@@ -74,7 +97,11 @@ async def serve(
     max_workers: int = 8,
     planner_overrides: dict[str, Any] | None = None,
     worker_log_dir: str | None = None,
+    cpu_stage_cap: int | None = None,
 ) -> AsyncIterator[Running]:
+    """Run the whole service here. ``max_workers`` bounds every stage's pool; ``cpu_stage_cap``
+    (``distrs up``: the cores available) bounds CPU stages further; the planner decides each
+    stage's count and the actuator keeps it within both."""
     worker_token = None if insecure else secrets.token_urlsafe(24)
     base = ProxySettings()
     tokens = ",".join(filter(None, [base.tokens, f"{worker_token}:worker" if worker_token else None]))
@@ -91,11 +118,7 @@ async def serve(
     table = load_pipelines(settings.pipelines_file)
     app = create_app(settings, table=table)
     state: AppState = app.state.distrs
-    server = _Server(
-        uvicorn.Config(
-            app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
-        )
-    )
+    server = _Server(uvicorn_config(app, settings, log_level="warning", timeout_graceful_shutdown=5))
     server_task = asyncio.create_task(server.serve())
     while not server.started:
         if server_task.done():
@@ -107,6 +130,7 @@ async def serve(
     ready = ready_reward_types(table)
     extra = {s: ["--reward-types", ",".join(ts)] for s, ts in ready.items() if ts}
     env = {"DISTRS_PIPELINES_FILE": settings.pipelines_file} if settings.pipelines_file else {}
+    caps = stage_caps(table, cpu_stage_cap)
     actuator = LocalActuator(
         proxy_url=url,
         token=worker_token,
@@ -114,6 +138,7 @@ async def serve(
         env=env,
         max_per_stage=max_workers,
         log_dir=worker_log_dir,
+        stage_caps=caps,
     )
     psettings = PlannerSettings(
         policy=policy, max_replicas=max_workers, redis_url=settings.redis_url, **(planner_overrides or {})
@@ -126,6 +151,9 @@ async def serve(
         psettings,
         metrics=state.metrics,
     )
+    if caps:  # the planner plans within the caps (its search never counts on more workers)
+        inner = planner.plan_fn
+        planner.plan_fn = lambda ctx: inner(dataclasses.replace(ctx, stage_max_replicas=caps))
     state.plan_view = planner.view
     stop = asyncio.Event()
     planner_task = asyncio.create_task(planner.run(stop))
@@ -158,6 +186,9 @@ class _OnlyStages:
 
 
 def run_up(**kwargs: Any) -> None:
+    """``distrs up``: ``serve`` until SIGINT/SIGTERM, CPU stages capped at the cores available."""
+    kwargs.setdefault("cpu_stage_cap", local_cpu_cap())
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -4,11 +4,40 @@
 and several apps in one process never collide. Names follow Prometheus conventions: base units
 (seconds), ``_total`` for counters. The Grafana dashboard (deploy/helm/distrs/dashboards) queries
 exactly these names.
+
+Task labels: by default the ``task`` label of every metric is ``all`` (values of all tasks summed
+up), so a scrape names no tenant and no task; with ``tenant_labels`` (``DISTRS_METRICS_TENANT_LABELS``)
+it is the store's ``TENANT/TASK`` name. The label set is the same either way, so dashboards work
+with both. The mapping sits here, in ``TaskLabelled``, so no caller can leak a name by forgetting it.
 """
 
 from __future__ import annotations
 
+from typing import Any, Generic, TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+ALL_TASKS = "all"
+C = TypeVar("C", Counter, Gauge, Histogram)
+
+
+class TaskLabelled(Generic[C]):
+    """A collector with a ``task`` label at position ``task_at``: ``labels(...)`` maps the task
+    to ``ALL_TASKS`` unless tenant labels are on. Everything else is the collector's own."""
+
+    def __init__(self, inner: C, tenant_labels: bool, task_at: int = 0) -> None:
+        self.inner: C = inner
+        self.tenant_labels, self.task_at = tenant_labels, task_at
+
+    def labels(self, *values: str) -> Any:
+        vals = list(values)
+        if not self.tenant_labels:
+            vals[self.task_at] = ALL_TASKS
+        return self.inner.labels(*vals)
+
+    def clear(self) -> None:
+        self.inner.clear()
+
 
 STAGE_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 90, 120, 180, 300)
 DELAY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
@@ -18,11 +47,14 @@ DECISION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
 class Metrics:
     """The collectors. Proxy and planner each build one over their own registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, tenant_labels: bool = False) -> None:
         self.registry = registry or CollectorRegistry()
+        self.tenant_labels = tenant_labels
         r = self.registry
-        self.queue_depth = Gauge(
-            "distrs_queue_depth", "Requests waiting per stage and task", ["stage", "task"], registry=r
+        self.queue_depth = TaskLabelled(
+            Gauge("distrs_queue_depth", "Requests waiting per stage and task", ["stage", "task"], registry=r),
+            tenant_labels,
+            task_at=1,
         )
         self.leases_in_flight = Gauge(
             "distrs_leases_in_flight", "Leases held by workers per stage", ["stage"], registry=r
@@ -47,24 +79,33 @@ class Metrics:
             buckets=STAGE_SECONDS_BUCKETS,
             registry=r,
         )
-        self.batch_extra_delay = Histogram(
-            "distrs_batch_extra_delay_seconds",
-            "Extra delay d of a completed batch: completion minus earliest possible completion T",
-            ["task"],
-            buckets=DELAY_BUCKETS,
-            registry=r,
+        self.batch_extra_delay = TaskLabelled(
+            Histogram(
+                "distrs_batch_extra_delay_seconds",
+                "Extra delay d of a completed batch: completion minus earliest possible completion T",
+                ["task"],
+                buckets=DELAY_BUCKETS,
+                registry=r,
+            ),
+            tenant_labels,
         )
-        self.batch_estimated_span = Gauge(
-            "distrs_batch_estimated_span_seconds",
-            "Estimated T of the task's latest batch, seconds after its anchor",
-            ["task"],
-            registry=r,
+        self.batch_estimated_span = TaskLabelled(
+            Gauge(
+                "distrs_batch_estimated_span_seconds",
+                "Estimated T of the task's latest batch, seconds after its anchor",
+                ["task"],
+                registry=r,
+            ),
+            tenant_labels,
         )
-        self.batch_actual_span = Gauge(
-            "distrs_batch_actual_span_seconds",
-            "Actual completion of the task's latest finished batch, seconds after its anchor",
-            ["task"],
-            registry=r,
+        self.batch_actual_span = TaskLabelled(
+            Gauge(
+                "distrs_batch_actual_span_seconds",
+                "Actual completion of the task's latest finished batch, seconds after its anchor",
+                ["task"],
+                registry=r,
+            ),
+            tenant_labels,
         )
         self.lease_expiries = Counter(
             "distrs_lease_expiries_total", "Leases that expired and were requeued", ["stage"], registry=r
@@ -99,10 +140,18 @@ class Metrics:
             buckets=DECISION_BUCKETS,
             registry=r,
         )
+        # Per batch, so only exported with tenant labels (``Planner.decide``); an "all" series
+        # of per-batch values would mean nothing.
         self.planner_estimated_completion = Gauge(
             "distrs_planner_batch_estimated_completion_timestamp_seconds",
             "The planner's estimated earliest completion T (Eq. 1-2) of each active batch, Unix time",
             ["task", "batch_id"],
+            registry=r,
+        )
+        self.planner_errors = Counter(
+            "distrs_planner_errors_total",
+            "Planner decisions that failed (store unreachable, ...) and were retried",
+            ["reason"],
             registry=r,
         )
         self.planner_decisions = Counter(

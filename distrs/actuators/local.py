@@ -48,6 +48,8 @@ class LocalActuator:
     env: dict[str, str] = field(default_factory=dict)
     max_per_stage: int = 64
     log_dir: str | None = None
+    # Tighter bounds for some stages (``distrs up``: CPU stages near the cores available).
+    stage_caps: dict[str, int] = field(default_factory=dict)
     _hosts: dict[str, _Host] = field(default_factory=dict)
     _desired: dict[str, int] = field(default_factory=dict)
     _errors: dict[str, str] = field(default_factory=dict)
@@ -75,7 +77,7 @@ class LocalActuator:
         return _Host(popen=p)
 
     async def set_replicas(self, stage: str, n: int) -> None:
-        n = max(0, min(n, self.max_per_stage))
+        n = max(0, min(n, self.max_per_stage, self.stage_caps.get(stage, self.max_per_stage)))
         self._desired[stage] = n
         host = self._hosts.get(stage)
         if host is not None and not host.alive:

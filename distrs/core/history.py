@@ -8,6 +8,7 @@ uses the estimated batch completion T = max_i(r_i + Σ_j s_ij) (Eq. 1-2).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -63,6 +64,46 @@ def estimate_completion(history: Sequence[BatchProfile], anchor: float, default_
     if not history:
         return anchor + default_span_s
     return anchor + history[-1].earliest_completion()
+
+
+@dataclass(frozen=True)
+class SpanSample:
+    """The measured span T (Eq. 2, relative to its anchor) of a recently finished batch."""
+
+    reward_type: str | None
+    finished_at: float
+    span_s: float
+
+
+SPAN_SAMPLES = 256
+"""Recent finished-batch spans a store keeps across all tasks (the prior of new tasks)."""
+
+PRIOR_MAX_AGE_S = 3600.0
+"""Spans older than this say little about the service's current load and are not used."""
+
+
+def prior_span(
+    samples: Iterable[SpanSample],
+    reward_type: str | None,
+    now: float,
+    default_span_s: float,
+    max_age_s: float = PRIOR_MAX_AGE_S,
+) -> float:
+    """The span a task with no history is assumed to take: the median span of the batches of
+    its reward type that finished in the last ``max_age_s``; failing that, of any type (they
+    share the stages' workers); failing that, ``default_span_s``.
+
+    Without this a new task's first batch is estimated at ``default_span_s`` (minutes) and waits
+    under EBF behind every busy tenant's batch although it is typically as short as theirs.
+    The median keeps one outlier batch from setting the prior; the result never exceeds
+    ``default_span_s``.
+    """
+    fresh = [s for s in samples if 0.0 <= now - s.finished_at <= max_age_s and s.span_s >= 0.0]
+    same = [s.span_s for s in fresh if reward_type is not None and s.reward_type == reward_type]
+    pool = same or [s.span_s for s in fresh]
+    if not pool:
+        return default_span_s
+    return min(default_span_s, statistics.median(pool))
 
 
 def pooled(profiles: Iterable[BatchProfile]) -> list[RequestProfile]:

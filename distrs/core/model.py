@@ -20,6 +20,7 @@ class Status(StrEnum):
     COMPILE_ERROR = "compile_error"
     RUNTIME_ERROR = "runtime_error"
     TIMEOUT = "timeout"
+    MEMORY_LIMIT_EXCEEDED = "memory_limit_exceeded"
     INVALID = "invalid"
     INTERNAL_ERROR = "internal_error"
 
@@ -103,7 +104,12 @@ class RequestRecord(BaseModel):
 
 
 class Lease(BaseModel):
-    """A worker's exclusive claim on one request at one stage until ``deadline``."""
+    """A worker's exclusive claim on one request at one stage until ``deadline``.
+
+    ``holder`` is the identity of the credential that took the lease (the proxy derives it from
+    the caller's token): only the same holder may heartbeat, complete or release it.
+    ``worker_id`` is what the worker calls itself, kept for display in stage records.
+    """
 
     lease_id: str
     request_id: str
@@ -112,6 +118,7 @@ class Lease(BaseModel):
     reward_type: str
     stage: str
     worker_id: str
+    holder: str = ""
     payload: dict[str, Any]
     artifacts: dict[str, str] = Field(default_factory=dict)
     deadline: float

@@ -4,11 +4,17 @@ It re-plans on every batch registration (the rollout-start hint), first arrival 
 completion, and at least every ``interval_s``; the pure policy (``distrs.scaling.policies.plan``)
 runs in a thread so the event loop (and an in-process proxy) keeps serving meanwhile. It also
 accounts allocated worker-seconds per stage from the actuator's ready replicas.
+
+A store that cannot be reached (at start-up or later) never ends the loop: the planner waits
+``store_retry_s`` and tries again, and ``ready`` is false (with the reason in ``not_ready``) until
+a decision goes through again, which is what the planner's ``/readyz`` reports. On Kubernetes
+that is a pod that waits for Redis instead of one that crash-loops.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -58,6 +64,8 @@ class Planner:
         self._last_event = "0"
         self._previous: dict[str, int] = {}
         self._last_trigger, self._last_took = "", 0.0
+        self.ready = False
+        self.not_ready = "no decision yet"
 
     def options(self) -> PolicyOptions:
         return PolicyOptions(
@@ -102,11 +110,13 @@ class Planner:
                 log.exception("actuator failed to scale %s to %d", stage, n)
             self.metrics.replicas_desired.labels(stage).set(n)
         self.metrics.planner_estimated_completion.clear()
-        for (task, batch_id), t_est in decision.estimated_completion.items():
-            self.metrics.planner_estimated_completion.labels(task, batch_id).set(t_est)
+        if self.metrics.tenant_labels:  # per-batch series name tenants' tasks: opt-in only
+            for (task, batch_id), t_est in decision.estimated_completion.items():
+                self.metrics.planner_estimated_completion.labels(task, batch_id).set(t_est)
         self._previous = dict(decision.replicas)
         self.last = decision
         self._last_trigger, self._last_took = trigger, took
+        self.ready, self.not_ready = True, ""
         if self.on_plan:
             self.on_plan(self.summary(trigger, took))
         log.info("plan (%s) in %.3fs: %s", trigger, took, decision.replicas)
@@ -156,8 +166,26 @@ class Planner:
             return await self.decide(triggers[-1])
         return None
 
+    def _failed(self, what: str, exc: Exception) -> None:
+        self.ready, self.not_ready = False, f"{what} failed: {type(exc).__name__}: {exc}"
+        self.metrics.planner_errors.labels(type(exc).__name__).inc()
+        log.warning("%s; retrying in %gs", self.not_ready, self.settings.store_retry_s)
+
+    async def start(self, stop: asyncio.Event) -> bool:
+        """The first decision, retried every ``store_retry_s`` until it succeeds (True) or
+        ``stop`` is set (False)."""
+        while not stop.is_set():
+            try:
+                await self.decide("start")
+                return True
+            except Exception as exc:  # the store is down (or any other failure): wait, retry
+                self._failed("start-up decision", exc)
+                await _sleep(stop, self.settings.store_retry_s)
+        return False
+
     async def run(self, stop: asyncio.Event) -> None:
-        await self.decide("start")
+        if not await self.start(stop):
+            return
         last = time.monotonic()
         while not stop.is_set():
             try:
@@ -167,6 +195,12 @@ class Planner:
                     last = time.monotonic()
                 elif got is not None:
                     last = time.monotonic()
-            except Exception:
-                log.exception("planner iteration failed; retrying")
-                await asyncio.sleep(1.0)
+            except Exception as exc:
+                self._failed("planner iteration", exc)
+                await _sleep(stop, self.settings.store_retry_s)
+
+
+async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds`` or until ``stop`` is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

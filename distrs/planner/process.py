@@ -1,18 +1,23 @@
 """``distrs planner``: the planner as its own process over a shared Redis store.
 
-It exports its metrics on ``metrics_port`` and drives either the Kubernetes actuator (worker
-Deployments; leader election when several planner replicas run) or the local process pool.
-SIGTERM/SIGINT stop it after the current decision.
+It serves ``/metrics``, ``/healthz`` and ``/readyz`` on ``metrics_port`` and drives either the
+Kubernetes actuator (worker Deployments; leader election when several planner replicas run) or
+the local process pool. ``/readyz`` is 503, with the reason, while the planner cannot decide
+(e.g. Redis is unreachable; it keeps retrying, ``Planner.start``). SIGTERM/SIGINT stop it after
+the current decision.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from distrs.actuators.base import Actuator
 from distrs.config import PlannerSettings
@@ -54,6 +59,42 @@ def build_actuator(
     raise SystemExit(f"unknown actuator {settings.actuator!r}: use local or kubernetes")
 
 
+def serve_probes(port: int, metrics: Metrics, planner: dict[str, Planner]) -> ThreadingHTTPServer:
+    """``/metrics``, ``/healthz`` and ``/readyz`` (``planner["p"].ready``) on ``port``, in a thread.
+
+    The standard library's server is enough for three tiny read-only pages scraped every few
+    seconds, and keeps the probes answering while the event loop is busy deciding."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/healthz":
+                self._send(200, b'{"status": "ok"}', "application/json")
+            elif path == "/readyz":
+                p = planner.get("p")
+                ok = p is not None and p.ready
+                reason = "starting" if p is None else p.not_ready
+                body = {"status": "ok"} if ok else {"status": "unavailable", "reason": reason}
+                self._send(200 if ok else 503, json.dumps(body).encode(), "application/json")
+            else:
+                self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
+
+        def _send(self, status: int, body: bytes, ctype: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:  # probes every few seconds: no access log
+            return
+
+    server = ThreadingHTTPServer(("", port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="planner-probes", daemon=True).start()
+    return server
+
+
 def run_planner(
     redis_url: str | None = None,
     policy: str | None = None,
@@ -73,8 +114,9 @@ def run_planner(
             "(the memory store lives inside one process; use `distrs up` for that)"
         )
     table = load_pipelines(pipelines_file or settings.pipelines_file)
-    metrics = Metrics()
-    start_http_server(settings.metrics_port, registry=metrics.registry)
+    metrics = Metrics(tenant_labels=settings.metrics_tenant_labels)
+    holder: dict[str, Planner] = {}
+    probes = serve_probes(settings.metrics_port, metrics, holder)
     store = create_store(settings)
 
     async def main() -> None:
@@ -84,10 +126,14 @@ def run_planner(
             loop.add_signal_handler(sig, stop.set)
         await store.start()
         act = build_actuator(settings, store, metrics, list(table.stages), proxy_url)
+        holder["p"] = Planner(store, act, table, settings, metrics=metrics)
         try:
-            await Planner(store, act, table, settings, metrics=metrics).run(stop)
+            await holder["p"].run(stop)
         finally:
             await act.close()
             await store.close()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        probes.shutdown()

@@ -2,7 +2,8 @@
 
 ``create_app`` wires settings, store, pipeline table, tokens and metrics into one ``AppState``;
 the lifespan starts the store and a reaper task that requeues expired leases. A small ASGI
-middleware rejects oversize bodies (413) before they are read.
+middleware rejects oversize bodies (413) before they are read. Header size, header read time and
+idle connections are limited one level down, in the HTTP server (``proxy/server.py``).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def create_app(
         raise ValueError(
             "no tokens configured: set DISTRS_TOKENS / DISTRS_TOKENS_FILE, or run with --insecure"
         )
-    metrics = metrics or Metrics()
+    metrics = metrics or Metrics(tenant_labels=settings.metrics_tenant_labels)
     for stage in table.stages:  # labels exist from the start so increase() sees the first expiry
         metrics.lease_expiries.labels(stage)
         metrics.lease_releases.labels(stage)
@@ -137,9 +138,12 @@ def create_app(
         default_response_class=JSONResponse,
         lifespan=lifespan,
         description="Request-in, batch-out reward computation with per-stage EBF queues.",
+        docs_url="/docs" if settings.docs_enabled else None,
+        redoc_url="/redoc" if settings.docs_enabled else None,
+        openapi_url="/openapi.json" if settings.docs_enabled else None,
     )
     app.state.distrs = state
-    errors.install(app)
+    errors.install(app, settings.retry_after_s)
     app.include_router(trainer.router)
     app.include_router(worker.router)
     app.include_router(ops.router)

@@ -1,7 +1,8 @@
-"""Shared application state and FastAPI dependencies (auth, state, clock).
+"""Shared application state and FastAPI dependencies (auth, tenant, state, clock).
 
 ``AppState`` is built once in ``create_app`` and stored on ``app.state.distrs``; routes reach it
-through ``get_state``. The clock is injectable so tests can drive time.
+through ``get_state``. The clock is injectable so tests can drive time. ``act_as`` resolves the
+tenant a call works for: the token's own, or for an admin any tenant named by ``?tenant=``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from fastapi import Request
 from distrs.config import ProxySettings
 from distrs.core.stages import PipelineTable
 from distrs.metrics import Metrics
-from distrs.proxy.auth import INSECURE, Principal, Role, TokenTable
+from distrs.proxy.auth import INSECURE, TENANT_PATTERN, Principal, Role, TokenTable
 from distrs.proxy.errors import ApiError
 from distrs.store.base import QueueStore
 
@@ -68,9 +69,25 @@ def authorize(request: Request, *roles: Role) -> tuple[AppState, Principal]:
     return state, p
 
 
+def act_as(who: Principal, tenant: str | None) -> Principal:
+    """``who``, or for an admin naming ``tenant`` (``?tenant=``), an admin of that tenant.
+
+    A trainer may only name its own tenant (403 otherwise), so it can never reach another
+    tenant's tasks however it spells them."""
+    if tenant is None or tenant == who.tenant:
+        return who
+    if not TENANT_PATTERN.match(tenant):
+        raise ApiError(422, "invalid_request", f"tenant: must match {TENANT_PATTERN.pattern}", field="tenant")
+    if who.role is not Role.ADMIN:
+        raise ApiError(
+            403, "forbidden", "tenant: only an admin token may act for another tenant", field="tenant"
+        )
+    return Principal(Role.ADMIN, tenant)
+
+
 def require(*roles: Role) -> Callable[..., Awaitable[Principal]]:
     async def dep(request: Request) -> Principal:
-        return authorize(request, *roles)[1]
+        return act_as(authorize(request, *roles)[1], request.query_params.get("tenant"))
 
     return dep
 

@@ -1,7 +1,10 @@
 """One error body for every failure: ``{"error": {"code", "message", "details"}}``.
 
-Validation errors name the offending field(s); store errors carry their own status and code;
-anything unexpected is a 500 with no internals leaked (and is logged).
+Validation errors name the offending field(s); store errors carry their own status and code.
+Whenever the store cannot be reached (``Unavailable``, or a connection-level error the store did
+not translate) the answer is 503 with ``Retry-After``, never 500: the call did nothing and may be
+retried as is (submission is idempotent). Anything else unexpected is a 500 with no internals
+leaked (and is logged).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from distrs.proxy.responses import JSONResponse
-from distrs.store.errors import StoreError
+from distrs.store.errors import StoreError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +58,38 @@ def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(parts) or "body"
 
 
-def install(app: FastAPI) -> None:
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """Exception types meaning "the store could not be reached" (redis-py's when installed)."""
+    types: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    try:
+        from redis import exceptions as rx
+
+        types += [rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError]
+    except ImportError:  # pragma: no cover - redis is a dependency; the memory store needs none
+        pass
+    return tuple(types)
+
+
+def unavailable(retry_after_s: int, message: str = "the store is unavailable; retry") -> JSONResponse:
+    return JSONResponse(
+        error_body(Unavailable.code, message, {"retry_after_s": retry_after_s}),
+        status_code=503,
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
+def install(app: FastAPI, retry_after_s: int = 2) -> None:
+    connection_errors = _connection_errors()
+
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
 
     @app.exception_handler(StoreError)
     async def _store(_: Request, exc: StoreError) -> JSONResponse:
+        if exc.status == 503:
+            log.warning("store unavailable: %s", exc.message)
+            return unavailable(retry_after_s, exc.message)
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
@@ -76,5 +104,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, connection_errors):
+            log.warning("store unreachable: %r", exc)
+            return unavailable(retry_after_s)
         log.exception("unhandled error")
         return JSONResponse(error_body("internal_error", "internal error; see proxy logs"), 500)

@@ -1,14 +1,23 @@
-"""HTTP request and response bodies of API v1 (DESIGN.md). Unknown fields are rejected (422)."""
+"""HTTP request and response bodies of API v1 (DESIGN.md). Unknown fields are rejected (422).
+
+Every id the API takes (task, batch, request, stage, worker; path parameters and headers
+included) is checked against one pattern, ``ID_PATTERN``: 1-200 characters of ASCII letters,
+digits and ``. _ : @ + = -``. No ``/`` (the proxy keeps a task as ``TENANT/TASK`` in the store, so
+a ``/`` inside an id would make that name ambiguous and a path unreadable), no spaces or control
+characters (they would be unreadable in paths, logs and metric labels).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from distrs.core.model import Status
 
-_ID = r"^[A-Za-z0-9._:@/+=-]{1,200}$"
+ID_PATTERN = r"^[A-Za-z0-9._:@+=-]{1,200}$"
+ID_RULE = "1-200 characters of A-Z a-z 0-9 . _ : @ + = -"
+_ID = ID_PATTERN
 
 
 class _Strict(BaseModel):
@@ -29,7 +38,7 @@ class RequestIn(_Strict):
     task: str = Field(pattern=_ID)
     batch_id: str = Field(pattern=_ID)
     request_id: str = Field(pattern=_ID, description="Idempotency key within the task.")
-    reward_type: str
+    reward_type: str = Field(pattern=_ID)
     payload: dict[str, Any]
 
 
@@ -45,7 +54,7 @@ class SubmitResponse(BaseModel):
 
 
 class LeaseRequest(_Strict):
-    stage: str
+    stage: str = Field(pattern=_ID)
     worker_id: str = Field(pattern=_ID)
     wait_s: float = Field(0.0, ge=0, le=300)
 
@@ -70,6 +79,36 @@ class CompleteRequest(_Strict):
     result: ResultIn | None = None
     artifacts: dict[str, str] | None = None
     run_s: float = Field(0.0, ge=0, le=86_400)
+
+
+# Most leases one bundle call may take, extend or complete (more gives 422 naming the field).
+MAX_BUNDLE = 128
+_LEASE_ID = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class LeaseBundleRequest(_Strict):
+    stage: str
+    worker_id: str = Field(pattern=_ID)
+    wait_s: float = Field(0.0, ge=0, le=300)
+    max_items: int = Field(ge=1, le=MAX_BUNDLE, description="Most requests to lease in this call (k).")
+
+
+class BundleHeartbeatRequest(_Strict):
+    worker_id: str = Field(pattern=_ID)
+    lease_ids: list[Annotated[str, Field(pattern=_LEASE_ID)]] = Field(min_length=1, max_length=MAX_BUNDLE)
+
+
+class BundleCompleteItem(_Strict):
+    lease_id: str = Field(pattern=_LEASE_ID)
+    outcome: str = Field(pattern="^(next|final)$")
+    result: ResultIn | None = None
+    artifacts: dict[str, str] | None = None
+    run_s: float = Field(0.0, ge=0, le=86_400)
+
+
+class BundleCompleteRequest(_Strict):
+    worker_id: str = Field(pattern=_ID)
+    items: list[BundleCompleteItem] = Field(min_length=1, max_length=MAX_BUNDLE)
 
 
 class BatchResults(BaseModel):

@@ -108,7 +108,7 @@ class ExecuteHandler(JudgedHandler):
                 f"worker sees {len(gpus)} GPUs; an execute worker must own exactly one "
                 "(set CUDA_VISIBLE_DEVICES to one device)"
             )
-        return True, ""
+        return super().ready()
 
     def run(self, inp: StageInput) -> StageOutput:
         ok, why = self.ready()

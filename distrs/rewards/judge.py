@@ -31,10 +31,11 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from distrs import sandbox
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.compare import DEFAULT_FLOAT_TOL, Compare, outputs_match
-from distrs.sandbox import Limits, Mounts, RunResult, Sandbox, Session, Termination, create_sandbox
+from distrs.sandbox import Limits, Mounts, RunResult, Sandbox, Session, Termination
 
 MiB = 1 << 20
 SNIPPET_CHARS = 400
@@ -81,10 +82,10 @@ def judge_settings() -> JudgeSettings:
     return JudgeSettings()
 
 
-@functools.cache
 def shared_sandbox() -> Sandbox:
-    """One sandbox per worker process, created on first use (probing bwrap once)."""
-    return create_sandbox()
+    """One sandbox per worker process, created on first use (probing bwrap once); SandboxError
+    (remembered, with the one-line reason) where no safe jail can be built."""
+    return sandbox.shared()
 
 
 class InvalidPayload(ValueError):
@@ -288,6 +289,10 @@ def judge_case(r: RunResult, case: Case, p: JudgedPayload) -> CaseResult:
         return CaseResult(Status.TIMEOUT, r.wall_s, {"reason": r.describe()})
     if r.termination is Termination.OUTPUT_LIMIT:
         return CaseResult(Status.RUNTIME_ERROR, r.wall_s, {"reason": "output limit exceeded"})
+    if r.memory_exceeded:
+        return CaseResult(
+            Status.MEMORY_LIMIT_EXCEEDED, r.wall_s, {"reason": r.describe(), "stderr": snippet(r.stderr)}
+        )
     if not r.ok:
         return CaseResult(
             Status.RUNTIME_ERROR, r.wall_s, {"reason": r.describe(), "stderr": snippet(r.stderr)}

@@ -39,6 +39,7 @@ from distrs.rewards.judge import (
     write_inputs,
 )
 from distrs.sandbox import Sandbox
+from distrs.sandbox import readiness as sandbox_readiness
 
 BINARY = "prog"
 CheckFn = Callable[..., CaseResult]
@@ -58,7 +59,8 @@ class JudgedHandler(ABC):
         return self._sandbox or shared_sandbox()
 
     def ready(self) -> tuple[bool, str]:
-        return True, ""
+        """Not ready while this process cannot build a safe jail (unless given a sandbox)."""
+        return (True, "") if self._sandbox is not None else sandbox_readiness()
 
     def run(self, inp: StageInput) -> StageOutput:
         try:

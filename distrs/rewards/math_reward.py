@@ -40,6 +40,7 @@ from distrs.rewards.boxed import BoxChoice, chosen_answers
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
 from distrs.sandbox import Limits, Sandbox, SandboxError
+from distrs.sandbox import readiness as sandbox_readiness
 
 CHILD_SOURCE = Path(__file__).with_name("math_child.py")
 
@@ -197,7 +198,7 @@ class VerifyHandler:
             import math_verify  # noqa: F401
         except ImportError as e:
             return False, f"math-verify not installed: {e}"
-        return True, ""
+        return (True, "") if self._sandbox is not None else sandbox_readiness()
 
     def _get_checker(self) -> MathChecker:
         if self._checker is None:

@@ -58,7 +58,7 @@ class PythonRunHandler(JudgedHandler):
             interpreter(self._settings.python)
         except (OSError, subprocess.SubprocessError, ValueError) as e:
             return False, f"python interpreter unusable: {e}"
-        return True, ""
+        return super().ready()
 
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         exe, mounts = interpreter(self._settings.python)

@@ -10,7 +10,7 @@ from distrs.sandbox.base import (
     Session,
     Termination,
 )
-from distrs.sandbox.factory import create_sandbox
+from distrs.sandbox.factory import create_sandbox, readiness, shared
 from distrs.sandbox.settings import SandboxSettings
 
 __all__ = [
@@ -24,4 +24,6 @@ __all__ = [
     "Session",
     "Termination",
     "create_sandbox",
+    "readiness",
+    "shared",
 ]

@@ -44,7 +44,9 @@ class Limits:
     fsize_bytes: int | None = 64 * MiB
     nofile: int | None = 256
     output_bytes: int = 1 * MiB  # per stream (stdout, stderr)
-    tmpfs_bytes: int = 64 * MiB  # size of the private /tmp
+    # Size of the private /tmp where the session has no tmpfs of its own (the worker may not mount;
+    # otherwise /tmp lives on the session's tmpfs, limited by SandboxSettings.disk_bytes/inodes).
+    tmpfs_bytes: int = 64 * MiB
 
     def capped(self, wall_s: float) -> Limits:
         """These limits with the wall (and CPU) time at most ``wall_s``."""
@@ -65,6 +67,21 @@ class Termination(StrEnum):
     OUTPUT_LIMIT = "output_limit"  # we killed it for writing more than the capture cap
 
 
+# How runtimes report a failed allocation on stderr (CPython, C++ libstdc++, JVM, Go, Rust, glibc/C,
+# Node.js, .NET/Mono).
+OUT_OF_MEMORY_MARKERS = (
+    b"MemoryError",
+    b"std::bad_alloc",
+    b"java.lang.OutOfMemoryError",
+    b"runtime: out of memory",
+    b"fatal error: out of memory",
+    b"memory allocation of ",
+    b"Cannot allocate memory",
+    b"JavaScript heap out of memory",
+    b"System.OutOfMemoryException",
+)
+
+
 @dataclass(frozen=True)
 class RunResult:
     """What one sandboxed run did."""
@@ -79,6 +96,7 @@ class RunResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     isolation: str = "bwrap"
+    oom_killed: bool = False  # the kernel killed a process of the run at the cgroup memory limit
 
     @property
     def ok(self) -> bool:
@@ -95,6 +113,18 @@ class RunResult:
     @property
     def timed_out(self) -> bool:
         return self.termination is Termination.TIMEOUT or self.cpu_limited
+
+    @property
+    def memory_exceeded(self) -> bool:
+        """Stopped by the memory limit: killed at the cgroup limit, or failed an allocation under
+        RLIMIT_AS/DATA and said so the way its runtime does (a failed run only: a program that
+        prints such a line and exits 0 is judged on its output like any other)."""
+        if self.oom_killed:
+            return True
+        if self.ok or self.timed_out or self.termination is Termination.OUTPUT_LIMIT:
+            return False
+        tail = self.stderr[-4096:]
+        return any(marker in tail for marker in OUT_OF_MEMORY_MARKERS)
 
     def describe(self) -> str:
         """Short human text: 'exit 1', 'signal SIGSEGV', 'timeout after 2.0s'."""
@@ -172,11 +202,18 @@ class Sandbox(Protocol):
 
     @property
     def isolation(self) -> str:
-        """``bwrap`` (namespaces) or ``rlimits`` (degraded fallback)."""
+        """``bwrap`` (namespaces) or ``rlimits`` (degraded, only with allow_degraded)."""
         ...
 
-    def session(self) -> AbstractContextManager[Session]:
-        """A new private work dir, removed (with everything in it) on exit."""
+    def session(
+        self, *, disk_bytes: int | None = None, inodes: int | None = None
+    ) -> AbstractContextManager[Session]:
+        """A new private work dir, removed (with everything in it) on exit.
+
+        Where the worker may mount, the work dir and the jail's /tmp share a tmpfs of at most
+        ``disk_bytes`` and ``inodes`` files (default: the sandbox settings), e.g. more for a
+        compiler than for a test run.
+        """
         ...
 
 

@@ -1,10 +1,22 @@
 """Building the command line that jails one run (pure: no processes started here).
 
-The jail is bubblewrap (namespaces, read-only binds) around util-linux ``setpriv`` (drop to
-the run's uid when we are root) around util-linux ``prlimit`` (rlimits) around the program.
-Limits are applied innermost, inside the new namespaces, because RLIMIT_NPROC is counted per
-user (and per user namespace): applied outside, a non-root worker's own threads would count
-against the sandbox's process budget and bwrap itself could fail to start.
+The jail, outermost first::
+
+    [sh -c 'join the run's cgroups'] bwrap ... -- [setpriv --reuid=POOL_UID ...] prlimit ... -- PROGRAM
+
+* Where the worker can switch uids (``pool`` in ``privileges.py``: root, or root of a
+  user-namespaced pod), bwrap makes PID, mount, network, IPC, UTS and cgroup namespaces and
+  ``setpriv`` drops to the run's own uid from the pool, with no capabilities and
+  ``no_new_privs``: a program never shares a uid with the worker or another run.
+* Otherwise bwrap also makes a user namespace, in which the program is uid 65534 with no
+  capabilities.
+* In both, bwrap loads the seccomp filter of ``seccomp.py`` just before it execs the inner
+  command: no user namespace of the program's own, no mount, in every mode (the root jail used to
+  let a program call ``unshare(CLONE_NEWUSER)`` and mount inside it).
+* The only writable places are the session's work dir (``/jail/work``) and ``/tmp``, both on the
+  session's own tmpfs with a size and an inode limit (``local.py``).
+* ``prlimit`` applies the rlimits innermost, inside the namespaces: RLIMIT_NPROC counts per uid
+  and user namespace, so a worker's own threads never count against a run's process budget.
 """
 
 from __future__ import annotations
@@ -12,14 +24,19 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from distrs.sandbox.base import Limits, MemoryKind, Mounts
 
 JAIL_WORKDIR = "/jail/work"  # not a host path, so no bind of a host dir can shadow it
+JAIL_UID = 65534  # the program's uid inside its user namespace ("nobody")
 
 # Host directories a program may read. Everything else does not exist inside the jail.
 _BASE_RO = ("/usr", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
 _TOP_LINKS = ("/bin", "/lib", "/lib32", "/lib64", "/sbin")
+# Files the jail gets from the sandbox's own /etc (``etc_dir``): localhost resolves to the
+# jail's own loopback, and the program's uid has a name.
+ETC_FILES = ("hosts", "passwd", "group", "nsswitch.conf")
 
 
 def prlimit_args(limits: Limits) -> list[str]:
@@ -62,11 +79,8 @@ def _top_level(path: str) -> list[str]:
 
 
 def _parents(path: str, bound: list[str], made: set[str]) -> list[str]:
-    """World-traversable mount points for a bind's missing ancestors.
-
-    bwrap (as root) would otherwise create them 0700 and the unprivileged uid could not reach
-    e.g. an interpreter bound at ``/root/.pyenv/...``.
-    """
+    """World-traversable mount points for a bind's missing ancestors (e.g. an interpreter bound
+    at ``/root/.pyenv/...``: the program's uid must be able to reach it)."""
     args: list[str] = []
     parts = path.strip("/").split("/")[:-1]
     cur = ""
@@ -79,43 +93,57 @@ def _parents(path: str, bound: list[str], made: set[str]) -> list[str]:
     return args
 
 
-def bwrap_args(
-    *,
-    bwrap: str,
-    workdir: str,
-    limits: Limits,
-    env: Mapping[str, str],
-    mounts: Mounts,
-    as_root: bool,
-    proc: bool = True,
-) -> list[str]:
+@dataclass(frozen=True)
+class JailSpec:
+    """Where a session's pieces are on the host, and how the jail is entered."""
+
+    bwrap: str
+    workdir: str  # host dir bound at /jail/work
+    tmpdir: str | None  # host dir bound at /tmp (None: a bwrap tmpfs of tmp_bytes)
+    tmp_bytes: int
+    etc_dir: str | None = None  # host dir holding ETC_FILES
+    seccomp_fd: int | None = None
+    proc: bool = True
+    pool_uid: int | None = None  # setpriv to this uid inside the namespaces
+
+
+def bwrap_args(spec: JailSpec, env: Mapping[str, str], mounts: Mounts) -> list[str]:
     """bubblewrap options up to (not including) the ``--`` before the inner command."""
-    args = [bwrap, "--die-with-parent", "--new-session"]
-    if as_root:
-        # Real root: namespaces without a user namespace, so setpriv can drop to a host uid.
+    args = [spec.bwrap, "--die-with-parent", "--new-session"]
+    if spec.pool_uid is not None:
+        # Root: namespaces without a user namespace, so setpriv can drop to a host uid.
         args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     else:
-        args += ["--unshare-all", "--unshare-user", "--disable-userns"]
+        args += ["--unshare-all", "--unshare-user", "--uid", str(JAIL_UID), "--gid", str(JAIL_UID)]
+        args += ["--cap-drop", "ALL"]
+    if spec.seccomp_fd is not None:
+        args += ["--seccomp", str(spec.seccomp_fd)]
     # The private /tmp comes first, so binds below it (an interpreter in a venv under /tmp, say)
     # are mounted on top of it rather than hidden by it.
-    args += ["--perms", "1777", "--size", str(limits.tmpfs_bytes), "--tmpfs", "/tmp"]
+    if spec.tmpdir is not None:
+        args += ["--bind", spec.tmpdir, "/tmp"]
+    else:
+        args += ["--perms", "1777", "--size", str(spec.tmp_bytes), "--tmpfs", "/tmp"]
     bound: list[str] = []
     made: set[str] = {"/tmp"}
     for p in (*_BASE_RO, *mounts.ro_paths):
         args += _parents(p, bound, made)
         args += ["--ro-bind-try", p, p]
         bound.append(p)
+    if spec.etc_dir is not None:
+        for name in ETC_FILES:
+            args += ["--ro-bind", os.path.join(spec.etc_dir, name), f"/etc/{name}"]
     for p in _TOP_LINKS:
         args += _top_level(p)
     args += ["--dev", "/dev"]
-    if proc:  # a fresh procfs for the new PID namespace: it shows only the jail's processes
+    if spec.proc:  # a fresh procfs for the new PID namespace: it shows only the jail's processes
         args += ["--proc", "/proc"]
     for p in mounts.dev_paths:
         args += ["--dev-bind-try", p, p]
     if mounts.sys:
         args += ["--ro-bind", "/sys", "/sys"]
     args += _parents(JAIL_WORKDIR, bound, made)
-    args += ["--bind", workdir, JAIL_WORKDIR, "--chdir", JAIL_WORKDIR, "--clearenv"]
+    args += ["--bind", spec.workdir, JAIL_WORKDIR, "--chdir", JAIL_WORKDIR, "--clearenv"]
     for k, v in env.items():
         args += ["--setenv", k, v]
     return args
@@ -123,35 +151,36 @@ def bwrap_args(
 
 def jail_command(
     argv: Sequence[str],
+    spec: JailSpec,
     *,
-    bwrap: str,
-    workdir: str,
     limits: Limits,
     env: Mapping[str, str],
     mounts: Mounts,
-    uid: int | None,
-    proc: bool = True,
+    trampoline: Sequence[str] = (),
 ) -> list[str]:
-    """The full command: bwrap [options] -- [setpriv ... --] prlimit ... -- argv.
+    """The full command (see the module docstring).
 
     ``--die-with-parent`` also covers the worker dying mid-run: bwrap then kills the jail.
     """
-    cmd = bwrap_args(
-        bwrap=bwrap,
-        workdir=workdir,
-        limits=limits,
-        env=env,
-        mounts=mounts,
-        as_root=uid is not None,
-        proc=proc,
-    )
-    cmd.append("--")
-    if uid is not None:
-        cmd += setpriv_args(uid)
+    cmd = [*trampoline, *bwrap_args(spec, env, mounts), "--"]
+    if spec.pool_uid is not None:
+        cmd += setpriv_args(spec.pool_uid)
     return [*cmd, *prlimit_args(limits), *argv]
 
 
-def fallback_command(argv: Sequence[str], *, limits: Limits, uid: int | None) -> list[str]:
-    """Without namespaces: [setpriv ... --] prlimit ... -- argv (run with cwd = work dir)."""
-    cmd = setpriv_args(uid) if uid is not None else []
+def fallback_command(
+    argv: Sequence[str], *, limits: Limits, uid: int | None, trampoline: Sequence[str] = ()
+) -> list[str]:
+    """Without namespaces: [sh cgroup] [setpriv ... --] prlimit ... -- argv (cwd = work dir)."""
+    cmd = list(trampoline) + (setpriv_args(uid) if uid is not None else [])
     return [*cmd, *prlimit_args(limits), *argv]
+
+
+def etc_files(uid: int = JAIL_UID) -> dict[str, str]:
+    """Contents of the jail's /etc files."""
+    return {
+        "hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+        "passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:/tmp:/bin/sh\n",
+        "group": f"root:x:0:\nsandbox:x:{uid}:\n",
+        "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+    }

@@ -1,14 +1,16 @@
 """The sandbox backends that run programs on this host: ``bwrap`` and the ``rlimits`` fallback.
 
-``bwrap`` (preferred): new PID, network, IPC, UTS (and, non-root, user) namespaces; the program
-sees only read-only system directories, a private ``/tmp`` and its work dir; killing the outer
-bwrap kills the namespace's init, and the kernel then kills every process in the namespace, so
-nothing survives a run (double-forked daemons included).
+``bwrap``: each session gets a private tmpfs (size and inode limits) holding its work dir and the
+jail's ``/tmp``; each run is jailed as ``jail.py`` describes (its own uid where the worker can
+switch uids, a user namespace, PID/mount/network/IPC/UTS namespaces, the seccomp filter of
+``seccomp.py``, rlimits) and, where the worker may create cgroups, limited in memory and
+processes by a cgroup of its own. Killing the outer bwrap kills the namespace's init, and the
+kernel then kills every process in the namespace, so nothing survives a run.
 
-``rlimits`` (fallback where the kernel forbids namespaces): same rlimits, scrubbed environment
-and private work dir, but **no network isolation and no filesystem isolation**; survivors are
-killed by process group and, as root, by killing every process of the run's dedicated uid.
-The factory logs a loud warning when it has to use it.
+``rlimits`` (only with ``allow_degraded``, where namespaces are refused): same rlimits and
+cgroups, scrubbed environment and private work dir, but **no network isolation and no filesystem
+isolation**; survivors are killed by process group and, as root, by killing every process of the
+run's dedicated uid.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import signal
 import stat
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from distrs.sandbox import privileges
 from distrs.sandbox.base import (
     Limits,
+    MemoryKind,
     Mounts,
     RunResult,
     SandboxError,
@@ -32,7 +37,10 @@ from distrs.sandbox.base import (
     default_env,
 )
 from distrs.sandbox.capture import Collected, collect
-from distrs.sandbox.jail import fallback_command, jail_command
+from distrs.sandbox.cgroups import CgroupRoots, RunCgroup, detect
+from distrs.sandbox.cgroups import reap as reap_cgroups
+from distrs.sandbox.jail import JailSpec, etc_files, fallback_command, jail_command
+from distrs.sandbox.seccomp import SeccompUnavailable, jail_filter
 from distrs.sandbox.settings import SandboxSettings
 from distrs.sandbox.uids import UidPool
 from distrs.sandbox.workdir import make_workdir, remove_workdir
@@ -46,14 +54,20 @@ RLIMITS = "rlimits"
 class LocalSession:
     """One private work dir; ``run`` may be called many times (e.g. once per test case)."""
 
-    def __init__(self, sandbox: LocalSandbox, path: Path, uid: int | None) -> None:
+    def __init__(self, sandbox: LocalSandbox, path: Path, tmpdir: Path | None, uid: int | None) -> None:
         self._sandbox = sandbox
         self._path = path
+        self._tmpdir = tmpdir
         self._uid = uid
 
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def tmpdir(self) -> Path | None:
+        """Host path of the jail's /tmp when it lives on the session's tmpfs."""
+        return self._tmpdir
 
     @property
     def uid(self) -> int | None:
@@ -97,22 +111,30 @@ class LocalSession:
         mounts: Mounts | None = None,
     ) -> RunResult:
         sandbox = self._sandbox
-        cmd, cwd, popen_env = sandbox.command(self, argv, limits, env, mounts)
-        stdin_fd = _memfd(stdin)
+        cgroup = sandbox.run_cgroup(self._uid, limits)
         try:
-            proc = _start(cmd, cwd, popen_env, stdin=stdin_fd, stderr=subprocess.PIPE)
+            trampoline = cgroup.trampoline() if cgroup is not None else []
+            oom_before = cgroup.oom_kills() if cgroup is not None else 0
+            with sandbox.command(self, argv, limits, env, mounts, trampoline) as (cmd, cwd, popen_env, fds):
+                stdin_fd = _memfd(stdin)
+                try:
+                    proc = _start(cmd, cwd, popen_env, stdin=stdin_fd, stderr=subprocess.PIPE, pass_fds=fds)
+                finally:
+                    os.close(stdin_fd)
+
+            def kill() -> None:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                sandbox.kill_leftovers(self._uid)
+
+            got = collect(proc, wall_s=limits.wall_s, cap=limits.output_bytes, kill=kill)
+            if sandbox.isolation == RLIMITS:
+                kill()  # daemons that left the process group but kept our uid
+            oom = cgroup is not None and cgroup.oom_kills() > oom_before
         finally:
-            os.close(stdin_fd)
-
-        def kill() -> None:
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            sandbox.kill_leftovers(self._uid)
-
-        got = collect(proc, wall_s=limits.wall_s, cap=limits.output_bytes, kill=kill)
-        if sandbox.isolation == RLIMITS:
-            kill()  # daemons that left the process group but kept our uid
-        return _result(got, sandbox.isolation)
+            if cgroup is not None and self._uid is None:
+                cgroup.remove()  # a one-off cgroup (runs without a pool uid)
+        return _result(got, sandbox.isolation, oom)
 
     def spawn(
         self,
@@ -124,8 +146,8 @@ class LocalSession:
     ) -> subprocess.Popen[bytes]:
         """A long-lived jailed helper with stdin/stdout pipes (stderr discarded); no wall limit:
         the caller enforces its own deadlines and kills the process group."""
-        cmd, cwd, popen_env = self._sandbox.command(self, argv, limits, env, mounts)
-        return _start(cmd, cwd, popen_env, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        with self._sandbox.command(self, argv, limits, env, mounts, []) as (cmd, cwd, popen_env, fds):
+            return _start(cmd, cwd, popen_env, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=fds)
 
 
 class LocalSandbox:
@@ -137,24 +159,104 @@ class LocalSandbox:
         self._settings = settings
         self._isolation = isolation
         self._base = Path(settings.workdir_base)
-        self._as_root = os.geteuid() == 0
+        self._mode = privileges.current(settings.uid_base, settings.uid_count)
         self._uids = (
-            UidPool(self._base / ".uids", settings.uid_base, settings.uid_count) if self._as_root else None
+            UidPool(self._base / ".uids", settings.uid_base, settings.uid_count)
+            if self._mode == privileges.POOL
+            else None
         )
+        self._can_mount = self._mode in (privileges.POOL, privileges.PRIVATE)
+        self._cgroups: CgroupRoots | None = detect(settings.cgroup_root) if settings.cgroups else None
+        if self._cgroups is not None:
+            reap_cgroups(self._cgroups)
+        self._etc: Path | None = None
+        self._seccomp: Path | None = None
+        if isolation == BWRAP:
+            self._etc, self._seccomp = self._prepare_jail_files()
         self._lock = threading.Lock()
+        self._uid_cgroups: dict[int, RunCgroup] = {}
+        self.reap_stale()
+
+    def reap_stale(self) -> int:
+        """Unmount and remove the sessions of pool uids no live process holds (a worker killed
+        mid-run on a host leaves its session mounted); returns how many were removed."""
+        if self._uids is None or not self._base.is_dir():
+            return 0
+        reaped = 0
+        for d in self._base.glob("run-*-*"):
+            tag = d.name.split("-")[1]
+            if not tag.isdigit():
+                continue
+            with self._uids.hold(int(tag)) as free:
+                if free:
+                    with suppress(OSError):
+                        privileges.unmount(d)
+                    remove_workdir(d)
+                    reaped += 1
+        return reaped
 
     @property
     def isolation(self) -> str:
         return self._isolation
 
+    @property
+    def mode(self) -> str:
+        """``pool``, ``private`` or ``plain`` (``privileges.py``)."""
+        return self._mode
+
+    @property
+    def cgroups(self) -> CgroupRoots | None:
+        return self._cgroups
+
+    def _prepare_jail_files(self) -> tuple[Path, Path]:
+        """The jail's /etc files and the compiled seccomp filter, written once per sandbox."""
+        d = self._base / ".jail"
+        etc = d / "etc"
+        etc.mkdir(parents=True, exist_ok=True)
+        os.chmod(self._base, 0o711)
+        os.chmod(d, 0o711)
+        os.chmod(etc, 0o755)
+        for name, text in etc_files().items():
+            _write_atomic(etc / name, text.encode(), 0o644)
+        try:
+            bpf = jail_filter()
+        except SeccompUnavailable as e:
+            raise SandboxError(f"cannot build the jail's seccomp filter: {e}") from e
+        path = d / "seccomp.bpf"
+        _write_atomic(path, bpf, 0o600)
+        return etc, path
+
     @contextmanager
-    def session(self) -> Iterator[LocalSession]:
+    def session(self, *, disk_bytes: int | None = None, inodes: int | None = None) -> Iterator[LocalSession]:
+        size = disk_bytes or self._settings.disk_bytes
+        files = inodes or self._settings.inodes
         with self._uid() as uid:
             path = make_workdir(self._base, uid)
+            mounted = False
             try:
-                yield LocalSession(self, path, uid)
+                if self._can_mount:
+                    owner = uid if uid is not None else os.geteuid()
+                    try:
+                        privileges.mount_tmpfs(path, size_bytes=size, inodes=files, uid=owner, gid=owner)
+                    except OSError as e:
+                        raise SandboxError(f"cannot mount the session's tmpfs: {e}") from e
+                    mounted = True
+                    work, tmp = path / "work", path / "tmp"
+                    work.mkdir(mode=0o700)
+                    tmp.mkdir(mode=0o700)
+                    os.chmod(tmp, 0o1777)
+                    for p in (work, tmp):
+                        os.chown(p, owner, owner)
+                    yield LocalSession(self, work, tmp, uid)
+                else:
+                    yield LocalSession(self, path, None, uid)
             finally:
                 self.kill_leftovers(uid)
+                if mounted:
+                    try:
+                        privileges.unmount(path)
+                    except OSError as e:  # pragma: no cover - defensive
+                        log.error("sandbox: %s", e)
                 remove_workdir(path)
 
     @contextmanager
@@ -165,6 +267,27 @@ class LocalSandbox:
             with self._uids.acquire() as uid:
                 yield uid
 
+    def run_cgroup(self, uid: int | None, limits: Limits) -> RunCgroup | None:
+        """The cgroup a run joins, with its limits set, where this process may create one: the
+        pool uid's own (kept across runs), else a one-off the caller removes."""
+        if self._cgroups is None:
+            return None
+        # CUDA programs map far more than they use (memory_kind data): no memory cgroup for them.
+        memory = limits.memory_bytes if limits.memory_kind is MemoryKind.AS else None
+        try:
+            if uid is None:
+                cg = RunCgroup(self._cgroups, f"distrs-run-{uuid.uuid4().hex[:12]}")
+            else:
+                with self._lock:
+                    if uid not in self._uid_cgroups:
+                        self._uid_cgroups[uid] = RunCgroup(self._cgroups, f"distrs-uid-{uid}")
+                    cg = self._uid_cgroups[uid]
+            cg.set(memory, limits.nproc)
+            return cg
+        except OSError as e:
+            raise SandboxError(f"cannot set up the run's cgroup: {e}") from e
+
+    @contextmanager
     def command(
         self,
         session: LocalSession,
@@ -172,24 +295,36 @@ class LocalSandbox:
         limits: Limits,
         env: Mapping[str, str] | None,
         mounts: Mounts | None,
-    ) -> tuple[list[str], str, dict[str, str]]:
-        """(command, cwd, environment of the outermost process) for one jailed program."""
+        trampoline: Sequence[str],
+    ) -> Iterator[tuple[list[str], str, dict[str, str], tuple[int, ...]]]:
+        """(command, cwd, environment of the outermost process, fds to pass) for one program;
+        the fds are closed when the block ends (after the process started)."""
         if not argv:
             raise ValueError("argv must not be empty")
         full_env = default_env(env)
-        if self._isolation == BWRAP:
-            cmd = jail_command(
-                argv,
+        if self._isolation != BWRAP:
+            cmd = fallback_command(argv, limits=limits, uid=session.uid, trampoline=trampoline)
+            yield cmd, str(session.path), full_env, ()
+            return
+        assert self._seccomp is not None and self._etc is not None
+        fd = os.open(self._seccomp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            spec = JailSpec(
                 bwrap=self._settings.bwrap,
                 workdir=str(session.path),
-                limits=limits,
-                env=full_env,
-                mounts=mounts or Mounts(),
-                uid=session.uid,
+                tmpdir=str(session.tmpdir) if session.tmpdir is not None else None,
+                tmp_bytes=limits.tmpfs_bytes,
+                etc_dir=str(self._etc),
+                seccomp_fd=fd,
                 proc=self._settings.mount_proc,
+                pool_uid=session.uid,
             )
-            return cmd, "/", {"PATH": "/usr/bin:/bin"}
-        return fallback_command(argv, limits=limits, uid=session.uid), str(session.path), full_env
+            cmd = jail_command(
+                argv, spec, limits=limits, env=full_env, mounts=mounts or Mounts(), trampoline=trampoline
+            )
+            yield cmd, "/", {"PATH": "/usr/bin:/bin"}, (fd,)
+        finally:
+            os.close(fd)
 
     def kill_leftovers(self, uid: int | None) -> None:
         """Without namespaces, kill whatever still runs as a session's dedicated uid."""
@@ -197,8 +332,21 @@ class LocalSandbox:
             _kill_uid(uid)
 
 
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_bytes(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
 def _start(
-    cmd: list[str], cwd: str, env: dict[str, str], *, stdin: int, stderr: int
+    cmd: list[str],
+    cwd: str,
+    env: dict[str, str],
+    *,
+    stdin: int,
+    stderr: int,
+    pass_fds: tuple[int, ...] = (),
 ) -> subprocess.Popen[bytes]:
     """Start the outermost jail process in its own process group (stdout piped to us)."""
     try:
@@ -211,12 +359,13 @@ def _start(
             env=env,
             start_new_session=True,
             close_fds=True,
+            pass_fds=pass_fds,
         )
     except OSError as e:
         raise SandboxError(f"cannot start sandbox ({cmd[0]}): {e}") from e
 
 
-def _result(got: Collected, isolation: str) -> RunResult:
+def _result(got: Collected, isolation: str, oom_killed: bool = False) -> RunResult:
     """The run's outcome from the outermost process's wait status and captured output."""
     exit_code: int | None = None
     sig: int | None = None
@@ -228,7 +377,7 @@ def _result(got: Collected, isolation: str) -> RunResult:
         if termination is Termination.EXITED and isolation == BWRAP and 128 < exit_code < 128 + 65:
             # bwrap reports a child killed by signal N as exit 128+N.
             termination, sig, exit_code = Termination.SIGNALED, exit_code - 128, None
-    if termination is Termination.EXITED and exit_code in (1, 126, 127) and _setup_failed(got.stderr):
+    if termination is Termination.EXITED and exit_code in (1, 2, 126, 127) and _setup_failed(got.stderr):
         raise SandboxError(f"sandbox setup failed: {got.stderr[:500].decode(errors='replace')}")
     return RunResult(
         termination=termination,
@@ -241,10 +390,11 @@ def _result(got: Collected, isolation: str) -> RunResult:
         stdout_truncated=got.stdout_truncated,
         stderr_truncated=got.stderr_truncated,
         isolation=isolation,
+        oom_killed=oom_killed,
     )
 
 
-_SETUP_MARKERS = (b"bwrap: ", b"setpriv: ", b"prlimit: ")
+_SETUP_MARKERS = (b"bwrap: ", b"setpriv: ", b"prlimit: ", b"distrs-cgroup: ")
 
 
 def _setup_failed(stderr: bytes) -> bool:

@@ -27,6 +27,20 @@ class UidPool:
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     @contextmanager
+    def hold(self, uid: int) -> Iterator[bool]:
+        """Try to take ``uid`` without waiting: True while held (no live session has it)."""
+        fd = os.open(self._dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    @contextmanager
     def acquire(self) -> Iterator[int]:
         """An exclusive uid for the duration of the block; SandboxError when all are taken."""
         start = random.randrange(self._count)  # spread concurrent processes over the range

@@ -10,10 +10,15 @@ from pathlib import Path
 
 
 def make_workdir(base: Path, owner: int | None) -> Path:
-    """A new empty directory under ``base`` that only ``owner`` (or we) can enter."""
+    """A new empty directory under ``base`` that only ``owner`` (or we) can enter.
+
+    Its name starts ``run-<owner>-`` (``run-x-`` without one), so the sessions of a uid that no
+    live process holds can be found and reaped after a worker was killed.
+    """
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o711)  # traversable, not listable: run dirs are not discoverable
-    path = Path(tempfile.mkdtemp(prefix="run-", dir=base))
+    tag = "x" if owner is None else str(owner)
+    path = Path(tempfile.mkdtemp(prefix=f"run-{tag}-", dir=base))
     if owner is not None:
         os.chown(path, owner, owner)
     os.chmod(path, 0o700)

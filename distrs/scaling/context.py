@@ -112,12 +112,19 @@ class PlanContext:
     histories: Mapping[str, Sequence[BatchProfile]] = field(default_factory=dict)
     max_extra_delay_s: float = 2.0
     max_replicas: int = 1000
+    stage_max_replicas: Mapping[str, int] = field(default_factory=dict)
+    """Tighter caps for some stages (``distrs up``: CPU stages at the cores available); the
+    search never plans more workers than a stage may get."""
     policy: str = "distrs"
     options: PolicyOptions = field(default_factory=PolicyOptions)
     reward_stages: Mapping[str, Sequence[str]] | None = None
     """Stage names per reward type; None = every type uses all ``stages`` in order."""
     oracle: Sequence[OracleBatch] | None = None
     """Ground truth for the ``ideal`` policy; the live planner leaves it None."""
+
+    def cap(self, stage: str) -> int:
+        """The most workers ``stage`` may have."""
+        return min(self.max_replicas, self.stage_max_replicas.get(stage, self.max_replicas))
 
     def stages_of(self, reward_type: str) -> Sequence[str]:
         if self.reward_stages is not None and reward_type in self.reward_stages:

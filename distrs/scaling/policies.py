@@ -63,7 +63,7 @@ def floor_pending(
             reach = path[min(here) + 1 :] if here else []
         for name in reach:
             if name in out and out[name] < 1:
-                out[name] = min(1, ctx.max_replicas)
+                out[name] = min(1, ctx.cap(name))
     return out
 
 
@@ -91,6 +91,7 @@ def _search(
         policy=QueuePolicy.EBF,
         timeout_aware=timeout_aware,
         max_replicas=ctx.max_replicas,
+        stage_max=ctx.stage_max_replicas,
         warm_start=ctx.options.warm_start,
         timeout_check=ctx.options.timeout_check,
         margin_s=margin_s,
@@ -240,7 +241,7 @@ def zq_dedicated_policy(ctx: PlanContext) -> Decision:
         mine = [b for b in ctx.batches if b.task == task]
         peak = useful_concurrency(batch_profile_workload(ctx, mine))
         dedicated[task] = floor_pending(
-            ctx, {n: min(p, ctx.max_replicas) for n, p in zip(names, peak, strict=True)}, mine
+            ctx, {n: min(p, ctx.cap(n)) for n, p in zip(names, peak, strict=True)}, mine
         )
     replicas = {n: sum(d[n] for d in dedicated.values()) for n in names}
     return Decision(replicas=replicas, estimated_completion=_estimates(collect(ctx)), dedicated=dedicated)

@@ -119,13 +119,15 @@ def search(
     timeout_check: str = "enqueue",
     margin_s: float = 0.0,
     within: Mapping[str, tuple[int, int]] | None = None,
+    stage_max: Mapping[str, int] | None = None,
 ) -> SearchResult:
     """Fewest workers per stage, most expensive stage first (Alg. 1 lines 7-17).
 
     ``margin_s`` > 0 searches against deadlines that much earlier (see ``deadlines``); the
     policies use it to decide how far a scale-down may go (``policies.with_hysteresis``).
     ``within`` limits a stage's bisection to [lo, hi]: the answer is then clipped to that range
-    (hi when nothing lower passes), at a fraction of the probes.
+    (hi when nothing lower passes), at a fraction of the probes. ``stage_max`` caps some stages
+    below ``max_replicas`` (a stage whose workers are bounded, e.g. by the cores of one machine).
     """
     names = [s.name for s in stages]
     assert names == wl.stage_names, "workload and stages must list the same stages in order"
@@ -133,8 +135,9 @@ def search(
     floors = request_floors(wl, max_extra_delay_s, margin_s)
     sim = Simulator(wl, dl, policy, timeout_aware, timeout_check, floors)
     raw = useful_concurrency(wl)
-    ub = [min(u, max_replicas) for u in raw]
-    capped = any(u > max_replicas for u in raw)
+    caps = [min(max_replicas, (stage_max or {}).get(n, max_replicas)) for n in names]
+    ub = [min(u, c) for u, c in zip(raw, caps, strict=True)]
+    capped = any(u > c for u, c in zip(raw, caps, strict=True))
     num = list(ub)
     result = SearchResult(
         replicas=dict(zip(names, num, strict=True)),

@@ -6,7 +6,8 @@ A discrete-event model of the reward service of DistRS Sec. 4 with the planner i
   each stage they reach (one request per worker) and leave after their last stage (a request
   with no stage time at all is done on arrival, or passes the first stage in
   ``empty_request_s``, as the live service runs it; ``handoff_s`` adds a worker's lease and
-  completion round trips to each stage visit); per-stage
+  completion round trips to each stage visit, divided by the size of the lease bundle a live
+  worker would take for a request that short, ``core.bundles.bundle_size``); per-stage
   queues are Earliest Batch First by the batch's estimated completion (Sec. 5.2), FCFS within
   a batch (or FCFS overall, ``queue_policy``).
 * **Decisions** (``distrs.scaling.policies.plan``) run at every rollout-start hint, first arrival
@@ -42,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from distrs.core.bundles import bundle_size
 from distrs.core.history import BatchProfile, RequestProfile, finished_sample
 from distrs.core.priority import QueuePolicy
 from distrs.scaling.context import ActiveBatch, Decision, OracleBatch, PlanContext, PolicyOptions
@@ -74,6 +76,12 @@ class ClusterParams:
     of a real worker, during which it is neither running a request nor free. Counts in the
     allocated, not the busy, worker-seconds and not in T. Milliseconds in the live service, so
     0 is right at trace scale; a time-compressed replay magnifies it (sim-vs-live)."""
+    max_bundle: int = 1
+    """Most requests a worker leases at once (the workers' ``max_bundle``); 1: no bundles."""
+    bundle_target_s: float = 0.25
+    """A bundle holds as many requests as run in about this long (the workers' setting): a visit
+    of run time s then costs ``handoff_s / bundle_size(s, bundle_target_s, max_bundle)`` of
+    hand-off, the bundle's one lease and one completion shared by its requests."""
     empty_request_s: float = 0.0
     """Run time at the first stage of a request the trace gives no stage time at all (a rollout
     with no code to compile, status ``gen_failed``). 0: such a request never enters the service
@@ -286,7 +294,13 @@ class _Replay:
             self.started[i] = t
             s = self.s_list[i][k]
             self.busy_s[k] += s
-            self._push(t + s + self.p.handoff_s, _DONE, i, k)
+            self._push(t + s + self._handoff(s), _DONE, i, k)
+
+    def _handoff(self, s: float) -> float:
+        """The hand-off share of one stage visit of run time ``s`` (see ``ClusterParams``)."""
+        if not self.p.handoff_s:
+            return 0.0
+        return self.p.handoff_s / bundle_size(s, self.p.bundle_target_s, self.p.max_bundle)
 
     def _enqueue(self, i: int, k: int, t: float) -> None:
         b = self.req_batch[i]

@@ -13,6 +13,15 @@ Semantics every implementation must keep:
   moves the request to the next stage (with artifacts) or records its final result, exactly once.
   ``requeue_expired`` puts expired leases back at the head of their batch's order; after
   ``max_attempts`` the request ends ``internal_error``.
+* Fencing: a lease is usable only by its holder (the credential that took it) and only while it is
+  live. An expired lease is refused (LeaseExpired) even before ``requeue_expired`` has run, and a
+  requeued or finished one is unknown, so a late heartbeat or completion from an old holder can
+  never overwrite the work of the request's next holder.
+* Bundles: ``lease_many`` takes up to k heads of a stage queue in queue order in one call, each
+  as its own lease (own id, deadline, attempt count); ``heartbeat_many`` and ``complete_many``
+  act on several leases in one call and answer per lease: one refused lease (expired, unknown,
+  another holder's) never keeps the others from landing. Expiry, release, ``max_attempts`` and
+  fencing are the single lease's, per request.
 * When the last request of a batch ends, the batch is complete: its profile joins the task's
   history (last K batches) and a ``batch_completed`` event is appended.
 * All times are passed in (``now``); the store never reads a clock for decisions.
@@ -20,13 +29,14 @@ Semantics every implementation must keep:
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from distrs.core.history import BatchProfile
 from distrs.core.model import BatchInfo, Lease, RequestRecord, Result
+from distrs.store.errors import StoreError
 
 
 class NewRequest(BaseModel):
@@ -85,6 +95,17 @@ class CompleteOutcome(BaseModel):
     batch_completed: bool = False
 
 
+class CompletionItem(BaseModel):
+    """One lease of a bundle completion: the arguments of ``QueueStore.complete`` for it."""
+
+    lease_id: str
+    run_s: float = 0.0
+    next_stage: str | None = None
+    artifacts: dict[str, str] | None = None
+    result: Result | None = None
+    outcome: str = "final"
+
+
 class QueueStore(Protocol):
     """Durable queues, leases, results, history and events. See the module docstring."""
 
@@ -112,8 +133,13 @@ class QueueStore(Protocol):
         """
         ...
 
-    async def lease(self, stage: str, worker_id: str, now: float, ttl_s: float) -> Lease | None:
-        """Take the head of ``stage``'s queue, or None when it is empty. Never blocks."""
+    async def lease(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, holder: str | None = None
+    ) -> Lease | None:
+        """Take the head of ``stage``'s queue, or None when it is empty. Never blocks.
+
+        ``holder`` is the identity of the credential taking the lease (``worker_id`` when None);
+        heartbeat, complete and release accept only that holder (LeaseNotYours otherwise)."""
         ...
 
     async def wait_for_work(self, stage: str, timeout_s: float) -> None:
@@ -124,14 +150,14 @@ class QueueStore(Protocol):
         """The live lease with this id (expired but not yet requeued ones included), or None."""
         ...
 
-    async def heartbeat(self, lease_id: str, worker_id: str, now: float, ttl_s: float) -> float:
+    async def heartbeat(self, lease_id: str, holder: str, now: float, ttl_s: float) -> float:
         """Extend a live lease; returns the new deadline. UnknownLease/LeaseNotYours/LeaseExpired."""
         ...
 
     async def complete(
         self,
         lease_id: str,
-        worker_id: str,
+        holder: str,
         now: float,
         run_s: float,
         next_stage: str | None,
@@ -142,7 +168,27 @@ class QueueStore(Protocol):
         """Finish a lease: move on to ``next_stage`` (with artifacts) or record ``result``."""
         ...
 
-    async def release(self, lease_id: str, worker_id: str, now: float) -> str:
+    async def lease_many(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, k: int, holder: str | None = None
+    ) -> list[Lease]:
+        """Take up to ``k`` heads of ``stage``'s queue in queue order (EBF, FCFS within a batch),
+        each as its own lease; an empty list when the queue is empty. Never blocks."""
+        ...
+
+    async def heartbeat_many(
+        self, lease_ids: Sequence[str], holder: str, now: float, ttl_s: float
+    ) -> list[float | StoreError]:
+        """Extend several leases; per lease its new deadline or the error ``heartbeat`` raises."""
+        ...
+
+    async def complete_many(
+        self, items: Sequence[CompletionItem], holder: str, now: float
+    ) -> list[CompleteOutcome | StoreError]:
+        """Finish several leases in one transition; per lease its outcome or the error
+        ``complete`` raises for it (the others land regardless)."""
+        ...
+
+    async def release(self, lease_id: str, holder: str, now: float) -> str:
         """Give a live lease back unworked: the request returns to its place in the stage queue
         and the attempt does not count; returns the stage. A worker told to stop while it was
         waiting for work may still be handed a request; it gives it back instead of running it."""

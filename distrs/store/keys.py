@@ -25,6 +25,8 @@ Layout (``T`` = task, ``B`` = batch id, ``R`` = request id, ``S`` = stage, ``L``
     {ns}:active               zset     batch key -> registration time (planner snapshot)
     {ns}:history:T            list     last K BatchProfile JSON of task T, oldest first
     {ns}:span:T               string   earliest-completion span of T's latest finished batch
+    {ns}:spans                list     recent finished batches of all tasks, newest first:
+                                       JSON {rt, at, span} (the prior of tasks with no history)
     {ns}:events               stream   planner events (XADD ... MAXLEN ~)
     {ns}:chan:work            channel  PUBLISH "S\\ncount" when stage queue S gains count requests
     {ns}:chan:result          channel  PUBLISH batch key when a result of that batch lands
@@ -71,6 +73,9 @@ class Keys:
 
     def events(self) -> str:
         return f"{self._p}:events"
+
+    def spans(self) -> str:
+        return f"{self._p}:spans"
 
     def work_channel(self) -> str:
         return f"{self._p}:chan:work"

@@ -10,18 +10,34 @@ from __future__ import annotations
 import heapq
 import uuid
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from distrs.core.accounting import finish_batch, request_profile
-from distrs.core.history import BatchProfile, estimate_completion, finished_sample
+from distrs.core.history import (
+    SPAN_SAMPLES,
+    BatchProfile,
+    SpanSample,
+    estimate_completion,
+    finished_sample,
+    prior_span,
+)
 from distrs.core.model import BatchInfo, Lease, RequestRecord, RequestState, Result, StageRecord, Status
 from distrs.core.priority import QueuePolicy, sort_key
-from distrs.store.base import BatchLive, CompleteOutcome, Event, NewRequest, Snapshot, SubmitOutcome
+from distrs.store.base import (
+    BatchLive,
+    CompleteOutcome,
+    CompletionItem,
+    Event,
+    NewRequest,
+    Snapshot,
+    SubmitOutcome,
+)
 from distrs.store.errors import (
     BatchConflict,
     BatchFull,
     LeaseExpired,
     LeaseNotYours,
+    StoreError,
     UnknownBatch,
     UnknownLease,
 )
@@ -50,6 +66,7 @@ class MemoryStore:
         self._queues: dict[str, list[_HeapItem]] = {}
         self._leases: dict[str, Lease] = {}
         self._history: dict[str, deque[BatchProfile]] = {}
+        self._spans: deque[SpanSample] = deque(maxlen=SPAN_SAMPLES)  # all tasks, newest last
         self._events: deque[Event] = deque(maxlen=max_events)
         self._event_seq = 0
         self._seq = 0
@@ -115,7 +132,10 @@ class MemoryStore:
         new = batch.model_copy()
         new.registered_at = now
         hist = list(self._history.get(batch.task, ()))
-        new.estimated_completion = estimate_completion(hist, new.anchor, self.default_batch_span_s)
+        prior = self.default_batch_span_s
+        if not hist:
+            prior = prior_span(self._spans, batch.reward_type, now, self.default_batch_span_s)
+        new.estimated_completion = estimate_completion(hist, new.anchor, prior)
         self._task_owner.setdefault(batch.task, batch.tenant)
         self._batches[key] = new
         self._batch_requests[key] = []
@@ -181,7 +201,20 @@ class MemoryStore:
         return out
 
     # leases ----------------------------------------------------------------------------------
-    async def lease(self, stage: str, worker_id: str, now: float, ttl_s: float) -> Lease | None:
+    async def lease(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, holder: str | None = None
+    ) -> Lease | None:
+        return self._take(stage, worker_id, now, ttl_s, holder)
+
+    async def lease_many(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, k: int, holder: str | None = None
+    ) -> list[Lease]:
+        out: list[Lease] = []
+        while len(out) < k and (got := self._take(stage, worker_id, now, ttl_s, holder)) is not None:
+            out.append(got)
+        return out
+
+    def _take(self, stage: str, worker_id: str, now: float, ttl_s: float, holder: str | None) -> Lease | None:
         q = self._queues.get(stage)
         while q:
             _, _, task, rid = heapq.heappop(q)
@@ -198,6 +231,7 @@ class MemoryStore:
                 reward_type=rec.reward_type,
                 stage=stage,
                 worker_id=worker_id,
+                holder=worker_id if holder is None else holder,
                 payload=rec.payload,
                 artifacts=dict(rec.artifacts),
                 deadline=now + ttl_s,
@@ -215,25 +249,25 @@ class MemoryStore:
         lease = self._leases.get(lease_id)
         return lease.model_copy() if lease else None
 
-    def _live_lease(self, lease_id: str, worker_id: str, now: float) -> Lease:
+    def _live_lease(self, lease_id: str, holder: str, now: float) -> Lease:
         lease = self._leases.get(lease_id)
         if lease is None:
             raise UnknownLease(f"lease {lease_id!r} is unknown or already finished", field="lease_id")
-        if lease.worker_id != worker_id:
-            raise LeaseNotYours(f"lease {lease_id!r} belongs to another worker", field="worker_id")
+        if lease.holder != holder:
+            raise LeaseNotYours(f"lease {lease_id!r} was taken by another credential", field="lease_id")
         if lease.deadline < now:
             raise LeaseExpired(f"lease {lease_id!r} expired at {lease.deadline:.3f}", field="lease_id")
         return lease
 
-    async def heartbeat(self, lease_id: str, worker_id: str, now: float, ttl_s: float) -> float:
-        lease = self._live_lease(lease_id, worker_id, now)
+    async def heartbeat(self, lease_id: str, holder: str, now: float, ttl_s: float) -> float:
+        lease = self._live_lease(lease_id, holder, now)
         lease.deadline = now + ttl_s
         return lease.deadline
 
     async def complete(
         self,
         lease_id: str,
-        worker_id: str,
+        holder: str,
         now: float,
         run_s: float,
         next_stage: str | None,
@@ -241,13 +275,13 @@ class MemoryStore:
         result: Result | None,
         outcome: str,
     ) -> CompleteOutcome:
-        lease = self._live_lease(lease_id, worker_id, now)
+        lease = self._live_lease(lease_id, holder, now)
         del self._leases[lease_id]
         rec = self._requests[(lease.task, lease.request_id)]
         rec.stages.append(
             StageRecord(
                 name=lease.stage,
-                worker=worker_id,
+                worker=lease.worker_id,
                 queued_s=max(0.0, lease.started_at - rec.stage_enqueued_at),
                 run_s=run_s,
                 outcome=outcome,
@@ -280,6 +314,7 @@ class MemoryStore:
         profile = finish_batch(batch, records, now)
         hist = self._history.setdefault(rec.task, deque(maxlen=self.history_batches))
         hist.append(profile)
+        self._spans.append(SpanSample(batch.reward_type, now, profile.earliest_completion()))
         self._emit(
             "batch_completed",
             now,
@@ -290,8 +325,34 @@ class MemoryStore:
         )
         return True
 
-    async def release(self, lease_id: str, worker_id: str, now: float) -> str:
-        lease = self._live_lease(lease_id, worker_id, now)
+    async def heartbeat_many(
+        self, lease_ids: Sequence[str], holder: str, now: float, ttl_s: float
+    ) -> list[float | StoreError]:
+        out: list[float | StoreError] = []
+        for lease_id in lease_ids:
+            try:
+                out.append(await self.heartbeat(lease_id, holder, now, ttl_s))
+            except StoreError as exc:
+                out.append(exc)
+        return out
+
+    async def complete_many(
+        self, items: Sequence[CompletionItem], holder: str, now: float
+    ) -> list[CompleteOutcome | StoreError]:
+        out: list[CompleteOutcome | StoreError] = []
+        for it in items:  # no await suspends inside: the bundle is one transition
+            try:
+                out.append(
+                    await self.complete(
+                        it.lease_id, holder, now, it.run_s, it.next_stage, it.artifacts, it.result, it.outcome
+                    )
+                )
+            except StoreError as exc:
+                out.append(exc)
+        return out
+
+    async def release(self, lease_id: str, holder: str, now: float) -> str:
+        lease = self._live_lease(lease_id, holder, now)
         del self._leases[lease_id]
         rec = self._requests[(lease.task, lease.request_id)]
         rec.state = RequestState.QUEUED

@@ -41,15 +41,37 @@ import orjson
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError, ResponseError, TryAgainError
+from redis.exceptions import (
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from distrs.config import StoreSettings
-from distrs.core.history import FINISHED_SAMPLE, BatchProfile, RequestProfile
+from distrs.core.history import (
+    FINISHED_SAMPLE,
+    SPAN_SAMPLES,
+    BatchProfile,
+    RequestProfile,
+    SpanSample,
+    prior_span,
+)
 from distrs.core.model import BatchInfo, Lease, RequestRecord, Result, Status
 from distrs.core.priority import QueuePolicy
 from distrs.store import errors
-from distrs.store.base import BatchLive, CompleteOutcome, Event, NewRequest, Snapshot, SubmitOutcome
+from distrs.store.base import (
+    BatchLive,
+    CompleteOutcome,
+    CompletionItem,
+    Event,
+    NewRequest,
+    Snapshot,
+    SubmitOutcome,
+)
 from distrs.store.keys import EVENTS_MAXLEN, Keys
 from distrs.store.redis_client import connect
 
@@ -61,9 +83,12 @@ _SCRIPTS = (
     "register_batch",
     "submit",
     "lease",
+    "lease_bundle",
     "get_lease",
     "heartbeat",
+    "heartbeat_bundle",
     "complete",
+    "complete_bundle",
     "release",
     "requeue_expired",
 )
@@ -86,7 +111,11 @@ _ERRORS: dict[str, tuple[type[errors.StoreError], str, str]] = {
         "batch_id",
     ),
     "unknown_lease": (errors.UnknownLease, "lease {lease_id!r} is unknown or already finished", "lease_id"),
-    "lease_not_yours": (errors.LeaseNotYours, "lease {lease_id!r} belongs to another worker", "worker_id"),
+    "lease_not_yours": (
+        errors.LeaseNotYours,
+        "lease {lease_id!r} was taken by another credential",
+        "lease_id",
+    ),
     "lease_expired": (errors.LeaseExpired, "lease {lease_id!r} expired at {deadline:.3f}", "lease_id"),
 }
 _BATCH_FIELDS = set(BatchInfo.model_fields)
@@ -306,7 +335,7 @@ class RedisStore:
     async def ping(self) -> bool:
         try:
             return bool(await self._r.ping())
-        except (RedisConnectionError, RedisTimeoutError, OSError):
+        except (RedisError, RuntimeError, OSError):
             return False
 
     async def _listen(self) -> None:
@@ -346,12 +375,22 @@ class RedisStore:
     # helpers -------------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run one Redis interaction; every failure Redis or redis-py can raise becomes a
+        StoreError: script errors by their code, everything else ``Unavailable`` (503).
+
+        ``RuntimeError`` is included because redis-py raises it from a connection whose health
+        check or read was interrupted (e.g. a read already pending on a connection a cancelled
+        call left behind); it says nothing about the request and must not become a 500.
+        """
         try:
             return await fn()
         except ResponseError as exc:
             raise self._translate(exc) from None
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise errors.Unavailable(f"redis unavailable: {exc}") from exc
+        except (RedisError, RuntimeError) as exc:
+            log.warning("redis call failed: %r", exc)
+            raise errors.Unavailable(f"redis unavailable: {type(exc).__name__}: {exc}") from exc
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         script = self._scripts[name]
@@ -369,11 +408,19 @@ class RedisStore:
         ):
             return errors.Unavailable(f"redis cannot serve now: {text}")
         if not text.startswith("DISTRS "):
-            return exc
+            # an error reply we do not know (a script error, WRONGTYPE from an operator's key):
+            # the store cannot serve this call now; the request itself was not at fault
+            log.error("redis error reply: %s", text)
+            return errors.Unavailable(f"redis cannot serve now: {text}")
         _, code, raw = text.split(" ", 2)
+        return RedisStore._error(code, raw)
+
+    @staticmethod
+    def _error(code: str, raw: str) -> errors.StoreError:
+        """The StoreError for a script's error code and its JSON details."""
         details = orjson.loads(raw) if raw else {}
         if code not in _ERRORS or not isinstance(details, dict):
-            return errors.StoreError(text)
+            return errors.StoreError(f"{code} {raw}")
         cls, template, field = _ERRORS[code]
         try:
             message = template.format(**details)
@@ -401,9 +448,21 @@ class RedisStore:
 
     # batches -------------------------------------------------------------------------------
 
+    async def _prior_span(self, reward_type: str | None, now: float) -> float:
+        """The span prior of a task with no history (``core.history.prior_span``) from the recent
+        finished batches of all tasks; the script uses it only when the task has none itself."""
+        raw = await self._call(lambda: self._r.lrange(self.keys.spans(), 0, SPAN_SAMPLES - 1))
+        samples = []
+        for item in raw:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                d = orjson.loads(item)
+                samples.append(SpanSample(d.get("rt"), float(d["at"]), float(d["span"])))
+        return prior_span(samples, reward_type, now, self.settings.default_batch_span_s)
+
     async def register_batch(self, batch: BatchInfo, now: float) -> tuple[BatchInfo, bool]:
         k = self.keys
         t, b = batch.task, batch.batch_id
+        prior = await self._prior_span(batch.reward_type, now)
         out = await self._run(
             "register_batch",
             [
@@ -417,6 +476,7 @@ class RedisStore:
                 k.batch_queued(t, b),
                 k.batch_profile(t, b),
                 k.history(t),
+                k.spans(),
             ],
             [
                 batch.tenant,
@@ -426,7 +486,7 @@ class RedisStore:
                 batch.reward_type or "",
                 "" if batch.rollout_started_at is None else _num(batch.rollout_started_at),
                 _num(now),
-                _num(self.settings.default_batch_span_s),
+                _num(prior),
                 self._events_maxlen,
             ],
         )
@@ -475,19 +535,49 @@ class RedisStore:
 
     # leases --------------------------------------------------------------------------------
 
-    async def lease(self, stage: str, worker_id: str, now: float, ttl_s: float) -> Lease | None:
+    async def lease(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, holder: str | None = None
+    ) -> Lease | None:
         k = self.keys
+        holder = worker_id if holder is None else holder
         self._seen_work.set((stage, self._work.generation(stage)))
-        # unique across processes (random per-store prefix) without a urandom call per lease
-        lease_id = f"{self._lease_prefix}{next(self._lease_counter):x}"
+        lease_id = self._new_lease_id()
         out = await self._run(
             "lease",
             [k.queue(stage), k.leases(), k.lease(lease_id)],
-            [_num(now), _num(ttl_s), worker_id, lease_id, stage],
+            [_num(now), _num(ttl_s), worker_id, lease_id, stage, holder],
         )
         if not out:
             return None
-        request_id, task, batch_id, reward_type, payload, artifacts, attempt, deadline = out
+        return self._handed_out(lease_id, out, stage, worker_id, holder, now)
+
+    async def lease_many(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, k: int, holder: str | None = None
+    ) -> list[Lease]:
+        keys = self.keys
+        holder = worker_id if holder is None else holder
+        self._seen_work.set((stage, self._work.generation(stage)))
+        ids = [self._new_lease_id() for _ in range(max(0, k))]
+        if not ids:
+            return []
+        rows = await self._run(
+            "lease_bundle",
+            [keys.queue(stage), keys.leases(), *(keys.lease(i) for i in ids)],
+            [_num(now), _num(ttl_s), worker_id, stage, holder, *ids],
+        )
+        return [
+            self._handed_out(lease_id, row, stage, worker_id, holder, now)
+            for lease_id, row in zip(ids, rows, strict=False)
+        ]
+
+    def _new_lease_id(self) -> str:
+        # unique across processes (random per-store prefix) without a urandom call per lease
+        return f"{self._lease_prefix}{next(self._lease_counter):x}"
+
+    def _handed_out(
+        self, lease_id: str, row: list[Any], stage: str, worker_id: str, holder: str, now: float
+    ) -> Lease:
+        request_id, task, batch_id, reward_type, payload, artifacts, attempt, deadline = row
         got = Lease(
             lease_id=lease_id,
             request_id=request_id,
@@ -496,6 +586,7 @@ class RedisStore:
             reward_type=reward_type,
             stage=stage,
             worker_id=worker_id,
+            holder=holder,
             payload=orjson.loads(payload),
             artifacts=orjson.loads(artifacts or "{}"),
             deadline=float(deadline),
@@ -526,7 +617,20 @@ class RedisStore:
         out = await self._run("get_lease", [self.keys.lease(lease_id)], [])
         if not out:
             return None
-        request_id, task, batch_id, stage, worker, deadline, attempt, started, rtype, payload, arts = out
+        (
+            request_id,
+            task,
+            batch_id,
+            stage,
+            worker,
+            deadline,
+            attempt,
+            started,
+            rtype,
+            payload,
+            arts,
+            holder,
+        ) = out
         return Lease(
             lease_id=lease_id,
             request_id=request_id,
@@ -535,6 +639,7 @@ class RedisStore:
             reward_type=rtype,
             stage=stage,
             worker_id=worker,
+            holder=holder or "",
             payload=orjson.loads(payload or "{}"),
             artifacts=orjson.loads(arts or "{}"),
             deadline=float(deadline),
@@ -548,10 +653,10 @@ class RedisStore:
         self._seen_work.set(None)
         await self._work.wait(stage, gen, min(timeout_s, self._wake_poll_s))
 
-    async def heartbeat(self, lease_id: str, worker_id: str, now: float, ttl_s: float) -> float:
+    async def heartbeat(self, lease_id: str, holder: str, now: float, ttl_s: float) -> float:
         k = self.keys
         out = await self._run(
-            "heartbeat", [k.lease(lease_id), k.leases()], [_num(now), _num(ttl_s), worker_id, lease_id]
+            "heartbeat", [k.lease(lease_id), k.leases()], [_num(now), _num(ttl_s), holder, lease_id]
         )
         deadline = float(out)
         cached = self._lease_cache.get(lease_id)
@@ -562,7 +667,7 @@ class RedisStore:
     async def complete(
         self,
         lease_id: str,
-        worker_id: str,
+        holder: str,
         now: float,
         run_s: float,
         next_stage: str | None,
@@ -573,9 +678,7 @@ class RedisStore:
         k = self.keys
         lkey = k.lease(lease_id)
         self._lease_cache.pop(lease_id, None)  # finished (or refused: then Redis knows better)
-        final = result or Result(request_id="", status=Status.INTERNAL_ERROR)
-        result_json = final.model_dump_json(exclude={"stages", "request_id"}) if next_stage is None else ""
-        status = final.status.value
+        result_json, status = self._result_args(next_stage, result)
         out = await self._run(
             "complete",
             [
@@ -588,7 +691,7 @@ class RedisStore:
             ],
             [
                 _num(now),
-                worker_id,
+                holder,
                 lease_id,
                 _num(run_s),
                 outcome,
@@ -604,13 +707,72 @@ class RedisStore:
         )
         return CompleteOutcome(request=self._request_from_hash(_pairs(out[1])), batch_completed=bool(out[0]))
 
-    async def release(self, lease_id: str, worker_id: str, now: float) -> str:
+    async def heartbeat_many(
+        self, lease_ids: Sequence[str], holder: str, now: float, ttl_s: float
+    ) -> list[float | errors.StoreError]:
+        k = self.keys
+        if not lease_ids:
+            return []
+        rows = await self._run(
+            "heartbeat_bundle",
+            [k.leases(), *(k.lease(i) for i in lease_ids)],
+            [_num(now), _num(ttl_s), holder, *lease_ids],
+        )
+        out: list[float | errors.StoreError] = []
+        for lease_id, row in zip(lease_ids, rows, strict=True):
+            if row[0] == "ok":
+                deadline = float(row[1])
+                cached = self._lease_cache.get(lease_id)
+                if cached is not None:
+                    cached.deadline = deadline
+                out.append(deadline)
+            else:
+                out.append(self._error(row[1], row[2]))
+        return out
+
+    async def complete_many(
+        self, items: Sequence[CompletionItem], holder: str, now: float
+    ) -> list[CompleteOutcome | errors.StoreError]:
+        k = self.keys
+        if not items:
+            return []
+        keys = [k.leases(), k.events(), k.active(), k.stages()]
+        args: list[Any] = [_num(now), holder, self._policy, *self._finish_args()]
+        args += [k.work_channel(), k.result_channel(), len(items)]
+        for it in items:
+            self._lease_cache.pop(it.lease_id, None)
+            lkey = k.lease(it.lease_id)
+            keys += [lkey, k.queue(it.next_stage) if it.next_stage else lkey]
+            args += [it.lease_id, _num(it.run_s), it.outcome, it.next_stage or ""]
+            args.append(orjson.dumps(it.artifacts).decode() if it.artifacts is not None else "")
+            args += list(self._result_args(it.next_stage, it.result))
+        rows = await self._run("complete_bundle", keys, args)
+        out: list[CompleteOutcome | errors.StoreError] = []
+        for row in rows:
+            if row[0] == "ok":
+                out.append(
+                    CompleteOutcome(
+                        request=self._request_from_hash(_pairs(row[2])), batch_completed=bool(row[1])
+                    )
+                )
+            else:
+                out.append(self._error(row[1], row[2]))
+        return out
+
+    @staticmethod
+    def _result_args(next_stage: str | None, result: Result | None) -> tuple[str, str]:
+        """The result JSON (without request_id and stages, which the script splices in) and status."""
+        final = result or Result(request_id="", status=Status.INTERNAL_ERROR)
+        body = final.model_dump_json(exclude={"stages", "request_id"}) if next_stage is None else ""
+        return body, final.status.value
+
+    async def release(self, lease_id: str, holder: str, now: float) -> str:
         k = self.keys
         self._lease_cache.pop(lease_id, None)
         return await self._run(
             "release",
             [k.lease(lease_id), k.leases(), k.stages()],
-            [_num(now), worker_id, lease_id, self._policy, k.work_channel()],
+            [_num(now), holder, lease_id, self._policy, k.work_channel()],
         )
 
     async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:

@@ -1,6 +1,17 @@
 """The stage worker: pull a lease, run the stage handler, heartbeat meanwhile, report back.
 
-* ``run_once()`` handles at most one lease and returns, so tests drive the loop step by step.
+* ``run_once()`` handles at most one lease (or one bundle) and returns, so tests drive the loop
+  step by step.
+* Bundles: short stages are leased k requests at a time (one lease call, one heartbeat call and
+  one completion call for all k, instead of k of each). k adapts to the stage's run time as this
+  worker measures it: as many requests as run in about ``bundle_target_s``
+  (``core.bundles.bundle_size``), so
+  a bundle delays its first result by at most about that much, and a long stage runs k = 1. The
+  items run one after another and are reported about every ``bundle_target_s`` (so one slow
+  item does not hold back the others' results); a lease the proxy refused meanwhile (expired and
+  handed to another worker) is skipped, not run; a drain requested mid-bundle gives the
+  unstarted items back, so draining never waits for more than the item that is running. A proxy
+  without bundle routes makes the worker fall back to one lease per call.
 * ``request_drain()`` (wired to SIGTERM) lets the current lease finish and takes no new one; a
   Kubernetes scale-down therefore never kills work (the chart's grace period ≥ stage timeout).
 * A handler exception, or a reward type this worker cannot serve (e.g. ``cuda`` on a worker with
@@ -19,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from distrs.core.bundles import bundle_size
 from distrs.core.model import Status
 from distrs.core.stages import PipelineTable
 from distrs.rewards.base import StageHandler, StageInput, StageOutput
@@ -30,6 +42,10 @@ log = logging.getLogger(__name__)
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+# Weight of the newest run in the worker's mean run time (exponential moving average).
+_RUN_EWMA = 0.2
 
 
 @dataclass
@@ -56,6 +72,8 @@ class Worker:
         heartbeat_s: float = 5.0,
         handler_for: Callable[[str, str], StageHandler] = get_handler,
         clock: Callable[[], float] = time.monotonic,
+        max_bundle: int = 1,
+        bundle_target_s: float = 0.25,
     ) -> None:
         if stage not in table.stages:
             raise ValueError(f"unknown stage {stage!r}; known: {', '.join(table.stages)}")
@@ -68,6 +86,9 @@ class Worker:
         self.wait_s = wait_s
         self.heartbeat_s = heartbeat_s
         self.clock = clock
+        self.max_bundle = max(1, max_bundle)
+        self.bundle_target_s = bundle_target_s
+        self.mean_run_s: float | None = None
         self.stats = WorkerStats()
         self._draining = threading.Event()
         self._handlers: dict[str, StageHandler] = {}
@@ -113,7 +134,10 @@ class Worker:
                 self._draining.wait(idle_backoff_s)
 
     def run_once(self) -> bool:
-        """Lease and finish at most one request; True when one was handled."""
+        """Lease and finish at most one request or bundle; True when one was handled."""
+        k = bundle_size(self.mean_run_s, self.bundle_target_s, self.max_bundle)
+        if k > 1:
+            return self._run_bundle(k)
         lease = self.client.lease(self.stage, self.worker_id, self.wait_s)
         if lease is None:
             return False
@@ -137,24 +161,42 @@ class Worker:
         except (LeaseRejected, ProxyUnavailable) as exc:  # it expires and is requeued instead
             log.warning("could not give back lease %s: %s", lease_id, exc)
 
-    def _handle(self, lease: dict[str, Any]) -> None:
-        stop_hb = threading.Event()
-        hb = threading.Thread(target=self._heartbeat, args=(lease["lease_id"], stop_hb), daemon=True)
-        hb.start()
+    def heartbeat_period(self, lease: dict[str, Any]) -> float:
+        """The proxy's requested period (a third of its lease TTL) when shorter than ours."""
+        asked = lease.get("heartbeat_s")
+        if isinstance(asked, int | float) and asked > 0:
+            return min(self.heartbeat_s, float(asked))
+        return self.heartbeat_s
+
+    def _observe(self, run_s: float) -> None:
+        m = self.mean_run_s
+        self.mean_run_s = run_s if m is None else (1 - _RUN_EWMA) * m + _RUN_EWMA * run_s
+
+    def _timed_run(self, lease: dict[str, Any]) -> dict[str, Any]:
+        """Run one lease's handler; the report for it: outcome, run_s, artifacts or result."""
         t0 = self.clock()
-        try:
-            out = self._run_handler(lease)
-        finally:
-            stop_hb.set()
+        out = self._run_handler(lease)
         run_s = self.clock() - t0
         self.stats.busy_s += run_s
-        body: dict[str, Any] = {"worker_id": self.worker_id, "outcome": out.outcome, "run_s": run_s}
+        self._observe(run_s)
+        body: dict[str, Any] = {"outcome": out.outcome, "run_s": run_s}
         if out.outcome == "next":
             body["artifacts"] = out.artifacts
         else:
             status = out.status or Status.INTERNAL_ERROR
             body["result"] = {"status": status.value, "score": out.score, "detail": out.detail}
             self.stats.by_status[status.value] = self.stats.by_status.get(status.value, 0) + 1
+        return body
+
+    def _handle(self, lease: dict[str, Any]) -> None:
+        stop_hb = threading.Event()
+        period = self.heartbeat_period(lease)
+        hb = threading.Thread(target=self._heartbeat, args=(lease["lease_id"], stop_hb, period), daemon=True)
+        hb.start()
+        try:
+            body = {"worker_id": self.worker_id, **self._timed_run(lease)}
+        finally:
+            stop_hb.set()
         for attempt in range(5):
             try:
                 self.client.complete(lease["lease_id"], body)
@@ -168,6 +210,108 @@ class Worker:
                 self.stats.last_error = str(exc)
                 time.sleep(min(2.0, 0.2 * 2**attempt))
         log.error("could not report lease %s; it will expire and be requeued", lease["lease_id"])
+
+    # bundles -----------------------------------------------------------------------------------
+    def _run_bundle(self, k: int) -> bool:
+        try:
+            leases = self.client.lease_bundle(self.stage, self.worker_id, self.wait_s, k)
+        except LeaseRejected as exc:
+            if exc.status not in (404, 405):
+                raise
+            log.warning("proxy has no lease bundles (%s); leasing one request per call", exc.status)
+            self.max_bundle = 1
+            return False
+        if not leases:
+            return False
+        if self._draining.is_set():  # as for one lease: back to the queue, unworked
+            for lease in leases:
+                self._give_back(lease["lease_id"])
+            return False
+        self.stats.leases += len(leases)
+        self.busy = True
+        try:
+            self._handle_bundle(leases)
+        finally:
+            self.busy = False
+        return True
+
+    def _handle_bundle(self, leases: list[dict[str, Any]]) -> None:
+        live = {lease["lease_id"] for lease in leases}
+        lock = threading.Lock()
+        stop_hb = threading.Event()
+        period = self.heartbeat_period(leases[0])
+        hb = threading.Thread(target=self._heartbeat_bundle, args=(live, lock, stop_hb, period), daemon=True)
+        hb.start()
+        items: list[dict[str, Any]] = []
+        flushed = self.clock()
+        try:
+            for n, lease in enumerate(leases):
+                if self._draining.is_set():  # stop soon: the rest goes back to the queue unrun
+                    for rest in leases[n:]:
+                        with lock:
+                            live.discard(rest["lease_id"])
+                        self._give_back(rest["lease_id"])
+                    break
+                with lock:
+                    still_ours = lease["lease_id"] in live
+                if not still_ours:  # expired and requeued: another worker runs it
+                    self.stats.rejected += 1
+                    continue
+                items.append({"lease_id": lease["lease_id"], **self._timed_run(lease)})
+                if self.clock() - flushed >= self.bundle_target_s and n + 1 < len(leases):
+                    # a slow item: report what is done rather than hold it back
+                    self._complete_bundle(items)
+                    with lock:
+                        live.difference_update(it["lease_id"] for it in items)
+                    items, flushed = [], self.clock()
+        finally:
+            stop_hb.set()
+        if items:
+            self._complete_bundle(items)
+
+    def _complete_bundle(self, items: list[dict[str, Any]]) -> None:
+        for attempt in range(5):
+            try:
+                answers = self.client.complete_bundle(self.worker_id, items)
+            except LeaseRejected as exc:  # the whole call refused (a bug of ours): they expire
+                self.stats.rejected += len(items)
+                log.error("bundle completion rejected: %s", exc)
+                return
+            except ProxyUnavailable as exc:
+                self.stats.last_error = str(exc)
+                time.sleep(min(2.0, 0.2 * 2**attempt))
+                continue
+            for answer in answers:
+                if "error" in answer:  # e.g. expired and requeued meanwhile: the requeued copy wins
+                    self.stats.rejected += 1
+                    log.warning(
+                        "completion of lease %s rejected: %s", answer.get("lease_id"), answer["error"]
+                    )
+                else:
+                    self.stats.completed += 1
+            return
+        log.error("could not report a bundle of %d; its leases will expire and be requeued", len(items))
+
+    def _heartbeat_bundle(
+        self, live: set[str], lock: threading.Lock, stop: threading.Event, period: float
+    ) -> None:
+        while not stop.wait(period):
+            with lock:
+                ids = sorted(live)
+            if not ids:
+                return
+            try:
+                refused = self.client.heartbeat_bundle(ids, self.worker_id)
+            except ProxyUnavailable as exc:
+                log.warning("bundle heartbeat failed: %s", exc)
+                continue
+            except LeaseRejected as exc:
+                log.warning("bundle heartbeat refused: %s", exc)
+                return
+            if refused:
+                log.warning("heartbeat refused for %d leases of the bundle", len(refused))
+                with lock:
+                    live.difference_update(refused)
 
     def _run_handler(self, lease: dict[str, Any]) -> StageOutput:
         rt = lease["reward_type"]
@@ -197,9 +341,14 @@ class Worker:
             log.exception("handler %s/%s failed", rt, self.stage)
             return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=f"{type(exc).__name__}: {exc}")
 
-    def _heartbeat(self, lease_id: str, stop: threading.Event) -> None:
-        while not stop.wait(self.heartbeat_s):
+    def _heartbeat(self, lease_id: str, stop: threading.Event, period: float) -> None:
+        while not stop.wait(period):
             try:
                 self.client.heartbeat(lease_id, self.worker_id)
-            except (ProxyUnavailable, LeaseRejected) as exc:
+            except ProxyUnavailable as exc:  # transient: the next beat may get through
                 log.warning("heartbeat for %s failed: %s", lease_id, exc)
+            except LeaseRejected as exc:
+                # expired and requeued (or not ours): another worker has it now; our completion
+                # will be refused, so there is nothing left to keep alive
+                log.warning("heartbeat for %s refused: %s", lease_id, exc)
+                return

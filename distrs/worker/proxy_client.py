@@ -27,6 +27,19 @@ class LeaseRejected(Exception):
 class ProxyClient(Protocol):
     def lease(self, stage: str, worker_id: str, wait_s: float) -> dict[str, Any] | None: ...
 
+    def lease_bundle(self, stage: str, worker_id: str, wait_s: float, max_items: int) -> list[dict[str, Any]]:
+        """Up to ``max_items`` leases (each with the ``heartbeat_s`` the proxy asks for); [] when
+        there was nothing to do within ``wait_s``."""
+        ...
+
+    def heartbeat_bundle(self, lease_ids: list[str], worker_id: str) -> set[str]:
+        """Extend several leases; returns the ids the proxy refused (expired, unknown, not ours)."""
+        ...
+
+    def complete_bundle(self, worker_id: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Complete several leases; per item the proxy's answer (``error`` when refused)."""
+        ...
+
     def heartbeat(self, lease_id: str, worker_id: str) -> None: ...
 
     def complete(self, lease_id: str, body: dict[str, Any]) -> dict[str, Any]: ...
@@ -59,8 +72,35 @@ class HttpProxyClient:
         out: dict[str, Any] = r.json()
         return out
 
+    def lease_bundle(self, stage: str, worker_id: str, wait_s: float, max_items: int) -> list[dict[str, Any]]:
+        body = {"stage": stage, "worker_id": worker_id, "wait_s": wait_s, "max_items": max_items}
+        r = self._post("/v1/leases/bundle", body, wait_s + 10)
+        if r.status_code == 204:
+            return []
+        if r.status_code != 200:
+            raise LeaseRejected(r.status_code, r.text)
+        data: dict[str, Any] = r.json()
+        leases: list[dict[str, Any]] = data["leases"]
+        for lease in leases:
+            lease["heartbeat_s"] = data.get("heartbeat_s")
+        return leases
+
+    def heartbeat_bundle(self, lease_ids: list[str], worker_id: str) -> set[str]:
+        r = self._post("/v1/leases/heartbeat", {"worker_id": worker_id, "lease_ids": lease_ids}, timeout=2.0)
+        if r.status_code != 200:
+            raise LeaseRejected(r.status_code, r.text)
+        return set(r.json().get("errors") or {})
+
+    def complete_bundle(self, worker_id: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        r = self._post("/v1/leases/complete", {"worker_id": worker_id, "items": items})
+        if r.status_code != 200:
+            raise LeaseRejected(r.status_code, r.text)
+        out: list[dict[str, Any]] = r.json()["items"]
+        return out
+
     def heartbeat(self, lease_id: str, worker_id: str) -> None:
-        r = self._post(f"/v1/leases/{lease_id}/heartbeat", {"worker_id": worker_id})
+        # short timeout: a beat stuck behind a slow proxy must not hold up the next one
+        r = self._post(f"/v1/leases/{lease_id}/heartbeat", {"worker_id": worker_id}, timeout=2.0)
         if r.status_code != 200:
             raise LeaseRejected(r.status_code, r.text)
 

@@ -26,7 +26,9 @@ import httpx
 import pytest
 
 from distrs import dashboards
-from tests.fixtures.service import WORKER, free_port, running_service, stop_process, wait_http
+from tests.fixtures.service import TOKENS, WORKER, free_port, running_service, stop_process, wait_http
+
+METRICS_TOKEN = "metrics-scrape-token"
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 NAMESPACE = "distrs-test"
@@ -40,13 +42,19 @@ pytestmark = [
 
 
 @contextlib.contextmanager
-def prometheus(targets: dict[str, str]) -> Iterator[str]:
-    """Prometheus on an ephemeral port scraping ``targets`` (job -> host:port) every second."""
+def prometheus(targets: dict[str, str], tokens: dict[str, str] | None = None) -> Iterator[str]:
+    """Prometheus on an ephemeral port scraping ``targets`` (job -> host:port) every second; a
+    job in ``tokens`` sends that bearer token, read from a file as from a mounted Secret."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="distrs-prom-") as tmp:
+        auth = {}
+        for job, token in (tokens or {}).items():
+            (Path(tmp) / f"{job}.token").write_text(token)
+            auth[job] = f"""
+    authorization: {{type: Bearer, credentials_file: {Path(tmp) / f"{job}.token"}}}"""
         jobs = "".join(
             f"""
-  - job_name: {job}
+  - job_name: {job}{auth.get(job, "")}
     static_configs:
       - targets: ["{target}"]
         labels: {{namespace: {NAMESPACE}}}"""
@@ -190,12 +198,17 @@ def test_every_dashboard_expression_returns_data(fresh_redis_server: Any) -> Non
     exprs = dashboards.expressions(dashboards.build())
     assert len(exprs) >= 15
     metrics_port = free_port()
+    env = {"DISTRS_TOKENS": f"{TOKENS},{METRICS_TOKEN}:metrics", "DISTRS_METRICS_AUTH": "true"}
     with (
-        running_service(workers={"compile": 1, "execute": 1}, redis_url=fresh_redis_server.url) as svc,
+        running_service(
+            workers={"compile": 1, "execute": 1}, redis_url=fresh_redis_server.url, env=env
+        ) as svc,
         planner_process(fresh_redis_server.url, svc.url, metrics_port, svc.workdir),
     ):
+        assert httpx.get(f"{svc.url}/metrics").status_code == 401  # the scrape needs its token
         targets = {"distrs-proxy": f"127.0.0.1:{svc.port}", "distrs-planner": f"127.0.0.1:{metrics_port}"}
-        with prometheus(targets) as prom, svc.client() as client, svc.client(WORKER) as ghost:
+        tokens = {"distrs-proxy": METRICS_TOKEN}
+        with prometheus(targets, tokens) as prom, svc.client() as client, svc.client(WORKER) as ghost:
             start = time.time()
             replay(client, ghost)
             missing = missing_data(prom, exprs, start, timeout_s=20)  # lease TTL (5 s) + a few scrapes

@@ -20,8 +20,11 @@
 
 All go through exactly the pipelines ``/v1/requests`` uses: the call registers a batch, submits
 its requests to the store (so EBF queues, the planner and history all see them) and waits for the
-batch's results. Optional headers: ``X-DistRS-Task`` (default ``sandboxfusion`` / ``openrlhf``, suffixed
-``.TENANT`` for a named tenant),
+batch's results. Bodies are read like every other route's (``proxy/body.py``: orjson, lone
+surrogates refused naming the field) and held to the same limits: ``/get_reward`` rows count
+against ``max_bulk`` and each row's payload against ``max_payload_bytes``. Optional headers:
+``X-DistRS-Task`` (default ``sandboxfusion`` / ``openrlhf``; like every task it belongs to the
+caller's tenant, so another tenant cannot take it),
 ``X-DistRS-Batch`` (the batch id; give the same id when retrying a call and the retry returns the
 first call's results instead of running anything twice), ``X-DistRS-Timeout`` (seconds to wait).
 
@@ -50,10 +53,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from distrs.core.languages import find_language, language_reward_type, language_table
 from distrs.core.model import BatchInfo, Result, Status
+from distrs.proxy import body as json_body
 from distrs.proxy.auth import INSECURE, Principal, Role
-from distrs.proxy.deps import AppState, get_state
+from distrs.proxy.deps import AppState, act_as, get_state
 from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
+from distrs.proxy.routes.trainer import check_payload, too_many
+from distrs.proxy.schemas import ID_PATTERN, ID_RULE
 from distrs.rewards.judge import RAW_OUTPUT_BYTES, InvalidPayload, check_file_name
 from distrs.rewards.prompt_split import SplitError, split_response
 from distrs.rewards.routing import route
@@ -61,7 +67,7 @@ from distrs.store.base import NewRequest
 
 router = APIRouter(tags=["compat"])
 
-_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
+_ID = re.compile(ID_PATTERN)
 # SandboxFusion language name -> our reward type.
 # Languages not in languages.yaml: SandboxFusion name -> reward type.
 EXTRA_LANGUAGES = {"cuda": "cuda"}
@@ -91,9 +97,9 @@ async def compat_principal(
     token: str | None = Query(None, description="Trainer token, for clients that cannot set headers."),
     st: AppState = Depends(get_state),
 ) -> Principal:
-    """Bearer header or ``?token=``; role trainer (or admin)."""
+    """Bearer header or ``?token=``; role trainer (or admin, acting for ``?tenant=``)."""
     if st.settings.insecure:
-        return INSECURE
+        return act_as(INSECURE, request.query_params.get("tenant"))
     scheme, _, header_token = request.headers.get("authorization", "").partition(" ")
     given = header_token.strip() if scheme.lower() == "bearer" and header_token.strip() else token
     if not given:
@@ -103,20 +109,22 @@ async def compat_principal(
         raise ApiError(401, "unauthorized", "unknown token")
     if p.role not in (Role.TRAINER, Role.ADMIN):
         raise ApiError(403, "forbidden", f"this endpoint needs role trainer; token has {p.role.value}")
-    return p
+    return act_as(p, request.query_params.get("tenant"))
 
 
 def _header_id(value: str | None, name: str, default: str) -> str:
     if value is None or value == "":
         return default
     if not _ID.match(value):
-        raise ApiError(422, "invalid_header", f"{name}: must match {_ID.pattern}", field=name)
+        raise ApiError(422, "invalid_header", f"{name}: must be {ID_RULE}", field=name)
     return value
 
 
 def _default_task(base: str, who: Principal) -> str:
-    """Tasks belong to one tenant, so each tenant gets its own default task."""
-    return base if who.tenant == "default" else f"{base}.{who.tenant}"
+    """The default task of a compat route. Every task is the caller's tenant's (``run_batch``
+    scopes it), so each tenant has its own ``base`` task and no other tenant can claim it."""
+    del who  # scoping happens in run_batch, for default and X-DistRS-Task names alike
+    return base
 
 
 def _wait_s(value: str | None, st: AppState) -> float:
@@ -141,12 +149,20 @@ async def run_batch(
     batch_id: str,
     items: list[tuple[str, dict[str, Any]]],
     wait_s: float,
+    bulk_field: str = "body",
 ) -> list[Result]:
     """Register a batch of ``(reward_type, payload)``, submit it and wait for every result.
 
     Request ids are ``{batch_id}-{i}``, so re-running the same call with the same batch id is
-    idempotent: the store reports duplicates and the first results are returned.
+    idempotent: the store reports duplicates and the first results are returned. ``task`` is
+    the caller's name; the store sees its tenant-scoped name. Oversize calls and payloads are
+    refused (413) before anything is registered.
     """
+    if len(items) > st.settings.max_bulk:
+        raise too_many(bulk_field, len(items), st.settings.max_bulk)
+    for i, (_, payload) in enumerate(items):
+        check_payload(st, payload, f"{bulk_field}.{i}" if bulk_field != "body" else "body")
+    public, task = task, who.scope(task)
     for rt, _ in items:
         if rt not in st.table.reward_types:
             known = ", ".join(sorted(st.table.reward_types))
@@ -190,8 +206,8 @@ async def run_batch(
             raise ApiError(
                 504,
                 "reward_timeout",
-                f"batch {batch_id!r} of task {task!r} not complete after {wait_s:g} s",
-                task=task,
+                f"batch {batch_id!r} of task {public!r} not complete after {wait_s:g} s",
+                task=public,
                 batch_id=batch_id,
             )
         await st.store.wait_batch(task, batch_id, min(left, 5.0))
@@ -386,9 +402,9 @@ def to_run_code_response(result: Result, compiled: bool) -> RunCodeResponse:
     )
 
 
-@router.post("/run_code", response_model=RunCodeResponse)
+@router.post("/run_code", response_model=RunCodeResponse, openapi_extra=json_body.body_doc(RunCodeRequest))
 async def run_code(
-    body: RunCodeRequest,
+    request: Request,
     who: Principal = Depends(compat_principal),
     st: AppState = Depends(get_state),
     x_distrs_task: str | None = Header(None),
@@ -396,6 +412,7 @@ async def run_code(
     x_distrs_timeout: str | None = Header(None),
 ) -> JSONResponse:
     """SandboxFusion-compatible single run in any language of languages.yaml (cuda with GPU workers)."""
+    body = await json_body.read(request, RunCodeRequest)
     found = run_code_language(body.language, st.table.reward_types)
     if found is None:
         served = served_languages(st.table.reward_types)
@@ -470,9 +487,9 @@ def reward_payload(reward_type: str, response: str, label: Any) -> dict[str, Any
     return {"completion": response, "label": label}
 
 
-@router.post("/get_reward")
+@router.post("/get_reward", openapi_extra=json_body.body_doc(GetRewardRequest))
 async def get_reward(
-    body: GetRewardRequest,
+    request: Request,
     who: Principal = Depends(compat_principal),
     st: AppState = Depends(get_state),
     x_distrs_task: str | None = Header(None),
@@ -481,6 +498,14 @@ async def get_reward(
     x_distrs_reward_type: str | None = Header(None),
 ) -> JSONResponse:
     """OpenRLHF-compatible remote reward: one batch per call, rewards in query order."""
+    raw = json_body.loads(await request.body())
+    if (
+        isinstance(raw, dict)
+        and isinstance(raw.get("query"), list)
+        and len(raw["query"]) > st.settings.max_bulk
+    ):
+        raise too_many("query", len(raw["query"]), st.settings.max_bulk)  # before validating rows
+    body = json_body.parse_value(raw, GetRewardRequest)
     n = len(body.query)
     for name, col in (("prompts", body.prompts), ("labels", body.labels)):
         if col is not None and len(col) != n:
@@ -518,7 +543,7 @@ async def get_reward(
     wait_s = (
         _wait_s(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, OPENRLHF_WAIT_S)
     )
-    results = await run_batch(st, who, task, batch_id, items, wait_s)
+    results = await run_batch(st, who, task, batch_id, items, wait_s, "query")
     rewards = [float(r.score) for r in results]
     extra_logs = {
         "distrs_ok": [1.0 if r.status is Status.OK else 0.0 for r in results],

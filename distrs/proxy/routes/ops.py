@@ -1,14 +1,19 @@
-"""Operations: health, readiness, Prometheus metrics and a JSON stats view."""
+"""Operations: health, readiness, Prometheus metrics and a JSON stats view.
+
+``/metrics`` is open unless ``metrics_auth`` (then a token with role ``metrics`` or ``admin``);
+its task labels name no tenant unless ``metrics_tenant_labels`` (``distrs.metrics``).
+``/v1/stats`` is admin-only and shows every tenant's batches with their tenant.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from distrs.proxy.auth import Principal
-from distrs.proxy.deps import AppState, admin, get_state
+from distrs.proxy.auth import Principal, Role, public_task
+from distrs.proxy.deps import AppState, admin, authorize, get_state
 from distrs.proxy.responses import JSONResponse
 
 router = APIRouter(tags=["ops"])
@@ -43,7 +48,9 @@ async def refresh_gauges(st: AppState) -> dict[str, Any]:
 
 
 @router.get("/metrics")
-async def metrics(st: AppState = Depends(get_state)) -> Response:
+async def metrics(request: Request, st: AppState = Depends(get_state)) -> Response:
+    if st.settings.metrics_auth:
+        authorize(request, Role.METRICS)
     await refresh_gauges(st)
     return Response(generate_latest(st.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -62,11 +69,8 @@ async def stats(_: Principal = Depends(admin), st: AppState = Depends(get_state)
         "running": snap["running"],
         "workers": workers,
         "active_batches": [
-            {
-                k: b["batch"][k]
-                for k in ("task", "batch_id", "size", "submitted", "done", "estimated_completion")
-            }
-            | {"queued": b["queued"]}
+            {k: b["batch"][k] for k in ("batch_id", "size", "submitted", "done", "estimated_completion")}
+            | {"tenant": b["batch"]["tenant"], "task": public_task(b["batch"]["task"]), "queued": b["queued"]}
             for b in snap["batches"]
         ],
         "last_plan": st.plan_view() if st.plan_view else None,

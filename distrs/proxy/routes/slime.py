@@ -20,21 +20,23 @@ import json
 import re
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict
 
+from distrs.proxy import body as json_body
 from distrs.proxy.auth import Principal
 from distrs.proxy.deps import AppState, get_state
 from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes.compat import _default_task, compat_principal, reward_payload, run_batch
+from distrs.proxy.schemas import ID_PATTERN
 
 router = APIRouter(tags=["compat"])
 
 SLIME_CLIENT_TIMEOUT_S = 30.0
 SLIME_WAIT_S = SLIME_CLIENT_TIMEOUT_S - 5.0
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
+_ID = re.compile(ID_PATTERN)
 
 
 class SlimeSample(BaseModel):
@@ -53,9 +55,9 @@ def content_batch_id(reward_type: str, body: SlimeSample) -> str:
     return "sl-" + hashlib.sha256(blob.encode()).hexdigest()[:40]
 
 
-@router.post("/slime/reward")
+@router.post("/slime/reward", openapi_extra=json_body.body_doc(SlimeSample))
 async def slime_reward(
-    body: SlimeSample,
+    request: Request,
     who: Principal = Depends(compat_principal),
     st: AppState = Depends(get_state),
     reward_type: str | None = Query(None, description="Reward type; default the proxy's compat_reward_type."),
@@ -65,6 +67,7 @@ async def slime_reward(
     task: str | None = Query(None, description="Task the requests belong to; default slime."),
 ) -> JSONResponse:
     """Score one slime sample."""
+    body = await json_body.read(request, SlimeSample)
     rt = reward_type or st.settings.compat_reward_type
     if rt not in st.table.reward_types:
         known = ", ".join(sorted(st.table.reward_types))

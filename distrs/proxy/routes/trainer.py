@@ -1,4 +1,9 @@
-"""Trainer-facing routes: register batches, submit requests, read results (long-poll and SSE)."""
+"""Trainer-facing routes: register batches, submit requests, read results (long-poll and SSE).
+
+Every task name a trainer gives is its tenant's: the store only ever sees ``TENANT/TASK``
+(``Principal.scope``) and responses carry the name the trainer used. Path ids are checked
+against the same pattern as body ids (``schemas.ID_PATTERN``): 422 naming the parameter.
+"""
 
 from __future__ import annotations
 
@@ -7,31 +12,45 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from distrs.core.model import BatchInfo, RequestState
-from distrs.proxy.auth import Principal, Role
-from distrs.proxy.deps import AppState, authorize, get_state, trainer
+from distrs.proxy import body as json_body
+from distrs.proxy.auth import Principal, Role, public_task
+from distrs.proxy.deps import AppState, act_as, authorize, get_state, trainer
 from distrs.proxy.errors import ApiError, invalid
 from distrs.proxy.responses import JSONResponse
-from distrs.proxy.schemas import BatchCreate, BatchResults, BulkRequests, RequestIn, SubmitResponse
+from distrs.proxy.schemas import (
+    ID_PATTERN,
+    ID_RULE,
+    BatchCreate,
+    BatchResults,
+    BulkRequests,
+    RequestIn,
+    SubmitResponse,
+)
 from distrs.rewards.routing import route
 from distrs.store.base import NewRequest
 from distrs.store.errors import UnknownBatch
 
 router = APIRouter(prefix="/v1", tags=["trainer"])
+TaskPath = Path(pattern=ID_PATTERN, description=f"Task id ({ID_RULE}).")
+BatchPath = Path(pattern=ID_PATTERN, description=f"Batch id ({ID_RULE}).")
+RequestPath = Path(pattern=ID_PATTERN, description=f"Request id ({ID_RULE}).")
+TENANT_DOC = "Admin only: act for this tenant (default: the token's own)."
 
 
-@router.post("/batches", status_code=201)
+@router.post("/batches", status_code=201, openapi_extra=json_body.body_doc(BatchCreate))
 async def register_batch(
-    body: BatchCreate,
+    request: Request,
     response: Response,
     who: Principal = Depends(trainer),
     st: AppState = Depends(get_state),
 ) -> dict[str, Any]:
     """Register a batch; also the rollout-start hint the planner warms workers up on."""
+    body = await json_body.read(request, BatchCreate)
     if body.reward_type is not None and body.reward_type not in st.table.reward_types:
         raise ApiError(
             422, "unknown_reward_type", _unknown_type_msg(st, body.reward_type), field="reward_type"
@@ -39,7 +58,7 @@ async def register_batch(
     now = st.clock()
     info = BatchInfo(
         tenant=who.tenant,
-        task=body.task,
+        task=who.scope(body.task),
         batch_id=body.batch_id,
         size=body.size,
         reward_type=body.reward_type,
@@ -52,7 +71,7 @@ async def register_batch(
 
 
 def _public_batch(b: BatchInfo) -> dict[str, Any]:
-    return b.model_dump(exclude={"tenant"})
+    return b.model_dump(exclude={"tenant"}) | {"task": public_task(b.task)}
 
 
 def _unknown_type_msg(st: AppState, name: str) -> str:
@@ -63,33 +82,15 @@ def _unknown_type_msg(st: AppState, name: str) -> str:
     "/requests",
     status_code=202,
     response_model=SubmitResponse,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "anyOf": [
-                            RequestIn.model_json_schema(ref_template="#/components/schemas/{model}"),
-                            BulkRequests.model_json_schema(ref_template="#/components/schemas/{model}"),
-                        ]
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=json_body.body_doc(RequestIn, BulkRequests),
 )
 async def submit(request: Request) -> JSONResponse:
     """Submit one request object or ``{"requests": [...]}``; idempotent per (task, request_id)."""
     st, who = authorize(request, Role.TRAINER)
-    raw = await request.body()
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ApiError(400, "malformed_json", f"request body is not valid JSON: {exc}") from None
+    who = act_as(who, request.query_params.get("tenant"))
+    data = json_body.loads(await request.body())
     bulk = isinstance(data, dict) and "requests" in data
     items = _parse_requests(data, st.settings.max_bulk)
-    limit = st.settings.max_payload_bytes
     news: list[NewRequest] = []
     for i, it in enumerate(items):
         where = f"requests.{i}." if bulk else ""
@@ -100,19 +101,12 @@ async def submit(request: Request) -> JSONResponse:
                 f"{where}reward_type: {_unknown_type_msg(st, it.reward_type)}",
                 field=f"{where}reward_type",
             )
-        size = len(orjson.dumps(it.payload))
-        if size > limit:
-            raise ApiError(
-                413,
-                "payload_too_large",
-                f"{where}payload is {size} bytes; the limit is {limit}",
-                field=f"{where}payload",
-            )
+        check_payload(st, it.payload, f"{where}payload")
         stages = route(st.table, it.reward_type, it.payload)
         news.append(
             NewRequest(
                 tenant=who.tenant,
-                task=it.task,
+                task=who.scope(it.task),
                 batch_id=it.batch_id,
                 request_id=it.request_id,
                 reward_type=it.reward_type,
@@ -137,22 +131,44 @@ async def submit(request: Request) -> JSONResponse:
 def _parse_requests(data: Any, max_bulk: int) -> list[RequestIn]:
     try:
         if isinstance(data, dict) and "requests" in data:
-            bulk = BulkRequests.model_validate(data)
-            if len(bulk.requests) > max_bulk:
-                raise ApiError(
-                    413,
-                    "too_many_requests_in_bulk",
-                    f"requests: {len(bulk.requests)} items; the limit is {max_bulk}",
-                    field="requests",
-                )
-            return bulk.requests
+            items = data["requests"]
+            if isinstance(items, list) and len(items) > max_bulk:  # before validating any of them
+                raise too_many("requests", len(items), max_bulk)
+            return BulkRequests.model_validate(data).requests
         return [RequestIn.model_validate(data)]
     except ValidationError as exc:
         raise invalid(exc) from None
 
 
+def too_many(field: str, n: int, limit: int) -> ApiError:
+    """413 for a call carrying more items than one bulk submit may (``max_bulk``)."""
+    return ApiError(
+        413, "too_many_requests_in_bulk", f"{field}: {n} items; the limit is {limit}", field=field
+    )
+
+
+def check_payload(st: AppState, payload: Any, where: str) -> None:
+    """413 when ``payload`` encodes to more than ``max_payload_bytes``; 422 when it cannot be
+    encoded at all (a lone surrogate that reached a payload past the body reader)."""
+    try:
+        size = len(orjson.dumps(payload))
+    except orjson.JSONEncodeError:
+        inner = json_body.surrogate_path(payload)
+        field = f"{where}.{inner}" if inner and inner != "body" else where
+        raise ApiError(
+            422, "invalid_string", f"{field}: not valid Unicode text (a lone surrogate)", field=field
+        ) from None
+    if size > st.settings.max_payload_bytes:
+        raise ApiError(
+            413,
+            "payload_too_large",
+            f"{where}: {size} bytes; the limit is {st.settings.max_payload_bytes}",
+            field=where,
+        )
+
+
 async def _batch_for(st: AppState, who: Principal, task: str, batch_id: str) -> BatchInfo:
-    batch = await st.store.get_batch(task, batch_id)
+    batch = await st.store.get_batch(who.scope(task), batch_id)
     if batch is None or not who.can_see(batch.tenant):
         raise UnknownBatch(f"batch {batch_id!r} of task {task!r} not found", field="batch_id")
     return batch
@@ -160,15 +176,19 @@ async def _batch_for(st: AppState, who: Principal, task: str, batch_id: str) -> 
 
 @router.get("/requests/{task}/{request_id}")
 async def get_request(
-    task: str, request_id: str, who: Principal = Depends(trainer), st: AppState = Depends(get_state)
+    task: str = TaskPath,
+    request_id: str = RequestPath,
+    tenant: str | None = Query(None, description=TENANT_DOC),
+    who: Principal = Depends(trainer),
+    st: AppState = Depends(get_state),
 ) -> dict[str, Any]:
-    rec = await st.store.get_request(task, request_id)
+    rec = await st.store.get_request(who.scope(task), request_id)
     if rec is None or not who.can_see(rec.tenant):
         raise ApiError(
             404, "unknown_request", f"request {request_id!r} of task {task!r} not found", field="request_id"
         )
     body: dict[str, Any] = {
-        "task": rec.task,
+        "task": task,
         "batch_id": rec.batch_id,
         "request_id": rec.request_id,
         "state": rec.state.value,
@@ -182,9 +202,10 @@ async def get_request(
 
 @router.get("/batches/{task}/{batch_id}/results", response_model=BatchResults)
 async def batch_results(
-    task: str,
-    batch_id: str,
+    task: str = TaskPath,
+    batch_id: str = BatchPath,
     wait_s: float = Query(0.0, ge=0, description="Long-poll up to this many seconds for completion."),
+    tenant: str | None = Query(None, description=TENANT_DOC),
     who: Principal = Depends(trainer),
     st: AppState = Depends(get_state),
 ) -> JSONResponse:
@@ -194,9 +215,9 @@ async def batch_results(
     deadline = loop.time() + wait_s
     batch = await _batch_for(st, who, task, batch_id)
     while not batch.complete and (left := deadline - loop.time()) > 0:
-        await st.store.wait_batch(task, batch_id, min(left, 5.0))
+        await st.store.wait_batch(who.scope(task), batch_id, min(left, 5.0))
         batch = await _batch_for(st, who, task, batch_id)
-    results = await st.store.batch_results(task, batch_id)
+    results = await st.store.batch_results(who.scope(task), batch_id)
     body = BatchResults(
         task=task,
         batch_id=batch_id,
@@ -211,9 +232,10 @@ async def batch_results(
 
 @router.get("/batches/{task}/{batch_id}/events")
 async def batch_events(
-    task: str,
-    batch_id: str,
     request: Request,
+    task: str = TaskPath,
+    batch_id: str = BatchPath,
+    tenant: str | None = Query(None, description=TENANT_DOC),
     who: Principal = Depends(trainer),
     st: AppState = Depends(get_state),
 ) -> StreamingResponse:
@@ -224,7 +246,7 @@ async def batch_events(
         sent: set[str] = set()
         while True:
             batch = await _batch_for(st, who, task, batch_id)
-            for r in await st.store.batch_results(task, batch_id):
+            for r in await st.store.batch_results(who.scope(task), batch_id):
                 if r.request_id not in sent:
                     sent.add(r.request_id)
                     yield b"event: result\ndata: " + orjson.dumps(r.model_dump(mode="json")) + b"\n\n"
@@ -234,7 +256,7 @@ async def batch_events(
                 return
             if await request.is_disconnected():
                 return
-            await st.store.wait_batch(task, batch_id, 5.0)
+            await st.store.wait_batch(who.scope(task), batch_id, 5.0)
             yield b": keep-alive\n\n"
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

@@ -1,4 +1,4 @@
-"""Worker-facing routes: lease (long-poll), heartbeat, complete.
+"""Worker-facing routes: lease (long-poll), heartbeat, complete, release.
 
 These are the proxy's hottest paths (two calls per request per stage), so they take the raw
 request, authorize it directly and validate the body with pydantic themselves instead of
@@ -8,23 +8,62 @@ OpenAPI schema still documents each body.
 A lease long-poll parks on the store's wake-up for its stage; it never spins. Completing moves the
 request to its next stage (with artifacts, size-capped) or records its final result; the metrics
 for run time, queue time, final status and batch extra delay are recorded here.
+
+Ownership: a lease belongs to the credential that took it, not to the ``worker_id`` in a body
+(which any caller can write). The holder is a short hash of the bearer token (one fixed identity
+under ``--insecure``); heartbeat, complete and release from another token get 403
+``lease_not_yours``. ``worker_id`` stays in the records for display.
+
+Recovery: the lease response tells the worker its heartbeat period, ``lease_ttl_s / 3``, so a
+lease whose worker stops is requeued by the reaper within about three heartbeat periods while a
+long run stays alive by its heartbeats.
+
+Bundles (``/bundle``, ``/heartbeat``, ``/complete`` without a lease id): up to ``MAX_BUNDLE``
+leases of one stage in one call, in queue order, each its own lease; heartbeat and completion
+answer per lease, so one refused lease (expired, another token's, a bad item) never keeps the
+others from landing. The single-lease routes are unchanged.
+
+A lease whose body cannot be rendered (a payload the JSON encoder refuses) is never handed out
+and never left held: its request ends ``invalid`` with the reason, and the long-poll goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 from typing import Any, TypeVar
 
+import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ValidationError
 
-from distrs.core.model import Result
+from distrs.core.model import Lease, Result, Status
 from distrs.proxy.auth import Role
 from distrs.proxy.deps import AppState, authorize
 from distrs.proxy.errors import ApiError, invalid
 from distrs.proxy.responses import JSONResponse
-from distrs.proxy.schemas import CompleteRequest, HeartbeatRequest, LeaseRequest, ReleaseRequest
+from distrs.proxy.schemas import (
+    BundleCompleteRequest,
+    BundleHeartbeatRequest,
+    CompleteRequest,
+    HeartbeatRequest,
+    LeaseBundleRequest,
+    LeaseRequest,
+    ReleaseRequest,
+    ResultIn,
+)
 from distrs.rewards.routing import next_stage
+from distrs.store.base import CompleteOutcome, CompletionItem
+from distrs.store.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+# The holder identity every caller shares under --insecure (no tokens, local demos only).
+INSECURE_HOLDER = "insecure"
+# Heartbeats per lease TTL the proxy asks for: a lost lease is requeued after about this many
+# missed heartbeats.
+HEARTBEATS_PER_TTL = 3.0
 
 router = APIRouter(prefix="/v1/leases", tags=["worker"])
 M = TypeVar("M", bound=BaseModel)
@@ -33,6 +72,23 @@ M = TypeVar("M", bound=BaseModel)
 def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def holder_of(request: Request, st: AppState) -> str:
+    """The identity of the caller's credential: a short hash of its bearer token.
+
+    Only called after ``authorize`` accepted the token. The hash (not the token) is what the store
+    keeps, so a leaked store record reveals no credential.
+    """
+    if st.settings.insecure:
+        return INSECURE_HOLDER
+    token = request.headers.get("authorization", "").partition(" ")[2].strip()
+    return "tok-" + hashlib.sha256(token.encode()).hexdigest()[:24]
+
+
+def heartbeat_period(ttl_s: float) -> float:
+    """The heartbeat period a worker is told to keep: a third of the lease TTL."""
+    return ttl_s / HEARTBEATS_PER_TTL
 
 
 async def _parse(request: Request, model: type[M]) -> M:
@@ -49,20 +105,22 @@ async def lease(request: Request) -> Response:
     """Long-poll for the head of a stage's queue: 200 with a lease, or 204 after ``wait_s``."""
     st, _ = authorize(request, Role.WORKER)
     body = await _parse(request, LeaseRequest)
-    if body.stage not in st.table.stages:
-        raise ApiError(
-            422,
-            "unknown_stage",
-            f"stage: unknown stage {body.stage!r}; known: {', '.join(st.table.stages)}",
-            field="stage",
-        )
+    _known_stage(st, body.stage)
+    holder = holder_of(request, st)
     st.workers[body.worker_id] = (body.stage, st.clock())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(body.wait_s, st.settings.max_wait_s)
+    ttl = st.settings.lease_ttl_s
     while True:
-        got = await st.store.lease(body.stage, body.worker_id, st.clock(), st.settings.lease_ttl_s)
+        got = await st.store.lease(body.stage, body.worker_id, st.clock(), ttl, holder=holder)
         if got is not None:
-            return JSONResponse(got.model_dump(mode="json"))
+            view = got.model_dump(mode="json", exclude={"holder"})
+            view["heartbeat_s"] = heartbeat_period(ttl)
+            try:
+                return JSONResponse(view)
+            except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
+                await _end_unrenderable(st, got, holder, exc)
+                continue
         left = deadline - loop.time()
         if left <= 0:
             return Response(status_code=204)
@@ -73,9 +131,10 @@ async def lease(request: Request) -> Response:
 async def heartbeat(lease_id: str, request: Request) -> JSONResponse:
     """Extend a live lease by the lease TTL."""
     st, _ = authorize(request, Role.WORKER)
-    body = await _parse(request, HeartbeatRequest)
-    deadline = await st.store.heartbeat(lease_id, body.worker_id, st.clock(), st.settings.lease_ttl_s)
-    return JSONResponse({"lease_id": lease_id, "deadline": deadline})
+    await _parse(request, HeartbeatRequest)
+    ttl = st.settings.lease_ttl_s
+    deadline = await st.store.heartbeat(lease_id, holder_of(request, st), st.clock(), ttl)
+    return JSONResponse({"lease_id": lease_id, "deadline": deadline, "heartbeat_s": heartbeat_period(ttl)})
 
 
 @router.post("/{lease_id}/release", openapi_extra=_body_doc(ReleaseRequest))
@@ -83,8 +142,8 @@ async def release(lease_id: str, request: Request) -> JSONResponse:
     """Give a live lease back unworked: the request goes back to its place in the queue and the
     attempt does not count (a worker that was told to stop while it waited for work)."""
     st, _ = authorize(request, Role.WORKER)
-    body = await _parse(request, ReleaseRequest)
-    stage = await st.store.release(lease_id, body.worker_id, st.clock())
+    await _parse(request, ReleaseRequest)
+    stage = await st.store.release(lease_id, holder_of(request, st), st.clock())
     st.metrics.lease_releases.labels(stage).inc()
     return JSONResponse({"lease_id": lease_id, "released": True})
 
@@ -94,7 +153,123 @@ async def complete(lease_id: str, request: Request) -> JSONResponse:
     """Finish a lease: ``next`` (with artifacts) or ``final`` (with a result)."""
     st, _ = authorize(request, Role.WORKER)
     body = await _parse(request, CompleteRequest)
-    art_size = sum(len(k) + len(v) for k, v in (body.artifacts or {}).items())
+    nxt, result = await _completion(st, lease_id, body.outcome, body.result, body.artifacts)
+    out = await st.store.complete(
+        lease_id, holder_of(request, st), st.clock(), body.run_s, nxt, body.artifacts, result, body.outcome
+    )
+    await _record(st, out.request, out.batch_completed)
+    return JSONResponse(_completed_view(lease_id, out, nxt))
+
+
+# bundles ------------------------------------------------------------------------------------
+
+
+@router.post(
+    "/bundle",
+    responses={204: {"description": "nothing to do within wait_s"}},
+    openapi_extra=_body_doc(LeaseBundleRequest),
+)
+async def lease_bundle(request: Request) -> Response:
+    """Long-poll for up to ``max_items`` requests of a stage in queue order (EBF, FCFS within a
+    batch), each its own lease: 200 ``{leases, heartbeat_s}`` with at least one, or 204."""
+    st, _ = authorize(request, Role.WORKER)
+    body = await _parse(request, LeaseBundleRequest)
+    _known_stage(st, body.stage)
+    holder = holder_of(request, st)
+    st.workers[body.worker_id] = (body.stage, st.clock())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(body.wait_s, st.settings.max_wait_s)
+    ttl = st.settings.lease_ttl_s
+    while True:
+        got = await st.store.lease_many(body.stage, body.worker_id, st.clock(), ttl, body.max_items, holder)
+        views: list[bytes] = []
+        for lease in got:
+            try:
+                views.append(orjson.dumps(lease.model_dump(mode="json", exclude={"holder"})))
+            except (TypeError, ValueError) as exc:
+                await _end_unrenderable(st, lease, holder, exc)
+        if views:
+            head = b'{"heartbeat_s":' + orjson.dumps(heartbeat_period(ttl)) + b',"leases":['
+            return Response(head + b",".join(views) + b"]}", media_type="application/json")
+        left = deadline - loop.time()
+        if left <= 0:
+            return Response(status_code=204)
+        await st.store.wait_for_work(body.stage, min(left, 5.0))
+
+
+@router.post("/heartbeat", openapi_extra=_body_doc(BundleHeartbeatRequest))
+async def heartbeat_bundle(request: Request) -> JSONResponse:
+    """Extend several leases in one call; each answers for itself: ``deadlines`` of the extended
+    ones, ``errors`` (code, message) of the refused ones (expired, unknown, another token's)."""
+    st, _ = authorize(request, Role.WORKER)
+    body = await _parse(request, BundleHeartbeatRequest)
+    ttl = st.settings.lease_ttl_s
+    out = await st.store.heartbeat_many(body.lease_ids, holder_of(request, st), st.clock(), ttl)
+    deadlines: dict[str, float] = {}
+    errors: dict[str, Any] = {}
+    for lease_id, got in zip(body.lease_ids, out, strict=True):
+        if isinstance(got, StoreError):
+            errors[lease_id] = {"code": got.code, "message": got.message}
+        else:
+            deadlines[lease_id] = got
+    return JSONResponse({"deadlines": deadlines, "errors": errors, "heartbeat_s": heartbeat_period(ttl)})
+
+
+@router.post("/complete", openapi_extra=_body_doc(BundleCompleteRequest))
+async def complete_bundle(request: Request) -> JSONResponse:
+    """Finish several leases in one call, each for itself (never all or nothing): ``items`` in
+    the order given, each the single completion's answer or ``{lease_id, error}``."""
+    st, _ = authorize(request, Role.WORKER)
+    body = await _parse(request, BundleCompleteRequest)
+    views: list[dict[str, Any] | None] = [None] * len(body.items)
+    todo: list[tuple[int, CompletionItem]] = []
+    for i, it in enumerate(body.items):
+        try:
+            nxt, result = await _completion(st, it.lease_id, it.outcome, it.result, it.artifacts)
+        except ApiError as exc:
+            views[i] = {"lease_id": it.lease_id, "error": {"code": exc.code, "message": exc.message}}
+            continue
+        todo.append(
+            (
+                i,
+                CompletionItem(
+                    lease_id=it.lease_id,
+                    run_s=it.run_s,
+                    next_stage=nxt,
+                    artifacts=it.artifacts,
+                    result=result,
+                    outcome=it.outcome,
+                ),
+            )
+        )
+    outs = await st.store.complete_many([c for _, c in todo], holder_of(request, st), st.clock())
+    for (i, c), out in zip(todo, outs, strict=True):
+        if isinstance(out, StoreError):
+            views[i] = {"lease_id": c.lease_id, "error": {"code": out.code, "message": out.message}}
+        else:
+            await _record(st, out.request, out.batch_completed)
+            views[i] = _completed_view(c.lease_id, out, c.next_stage)
+    return JSONResponse({"items": views})
+
+
+# shared -------------------------------------------------------------------------------------
+
+
+def _known_stage(st: AppState, stage: str) -> None:
+    if stage not in st.table.stages:
+        raise ApiError(
+            422,
+            "unknown_stage",
+            f"stage: unknown stage {stage!r}; known: {', '.join(st.table.stages)}",
+            field="stage",
+        )
+
+
+async def _completion(
+    st: AppState, lease_id: str, outcome: str, result_in: ResultIn | None, artifacts: dict[str, str] | None
+) -> tuple[str | None, Result | None]:
+    """Check one completion and resolve it: the next stage (``next``) or the result (``final``)."""
+    art_size = sum(len(k) + len(v) for k, v in (artifacts or {}).items())
     if art_size > st.settings.max_artifact_bytes:
         raise ApiError(
             413,
@@ -102,10 +277,7 @@ async def complete(lease_id: str, request: Request) -> JSONResponse:
             f"artifacts: {art_size} bytes; the limit is {st.settings.max_artifact_bytes}",
             field="artifacts",
         )
-    now = st.clock()
-    nxt: str | None = None
-    result: Result | None = None
-    if body.outcome == "next":
+    if outcome == "next":
         lease_stage, reward_type, payload = await _lease_facts(st, lease_id)
         nxt = next_stage(st.table, reward_type, payload, lease_stage)
         if nxt is None:
@@ -115,24 +287,42 @@ async def complete(lease_id: str, request: Request) -> JSONResponse:
                 f"outcome: 'next' at {lease_stage!r}, the last stage of this request",
                 field="outcome",
             )
-    else:
-        if body.result is None:
-            raise ApiError(422, "invalid_request", "result: required when outcome is 'final'", field="result")
-        result = Result(
-            request_id="", status=body.result.status, score=body.result.score, detail=body.result.detail
-        )
-    out = await st.store.complete(
-        lease_id, body.worker_id, now, body.run_s, nxt, body.artifacts, result, body.outcome
+        return nxt, None
+    if result_in is None:
+        raise ApiError(422, "invalid_request", "result: required when outcome is 'final'", field="result")
+    return None, Result(
+        request_id="", status=result_in.status, score=result_in.score, detail=result_in.detail
     )
+
+
+def _completed_view(lease_id: str, out: CompleteOutcome, nxt: str | None) -> dict[str, Any]:
+    return {
+        "lease_id": lease_id,
+        "request_id": out.request.request_id,
+        "next_stage": nxt,
+        "batch_completed": out.batch_completed,
+    }
+
+
+async def _end_unrenderable(st: AppState, lease: Lease, holder: str, exc: Exception) -> None:
+    """End a request whose lease cannot be rendered as JSON with a clear ``invalid`` result.
+
+    Running it again could never succeed (the same payload would fail the same way), so it is
+    finished rather than released. If the store refuses even that, the lease expires and is
+    requeued, and after ``max_attempts`` the request ends ``internal_error``: never orphaned.
+    """
+    log.warning("lease %s of request %s cannot be rendered: %s", lease.lease_id, lease.request_id, exc)
+    result = Result(
+        request_id=lease.request_id,
+        status=Status.INVALID,
+        detail={"error": f"payload: cannot be encoded as JSON for a worker ({exc})"},
+    )
+    try:
+        out = await st.store.complete(lease.lease_id, holder, st.clock(), 0.0, None, None, result, "final")
+    except StoreError as err:
+        log.warning("could not end unrenderable request %s: %s", lease.request_id, err.message)
+        return
     await _record(st, out.request, out.batch_completed)
-    return JSONResponse(
-        {
-            "lease_id": lease_id,
-            "request_id": out.request.request_id,
-            "next_stage": nxt,
-            "batch_completed": out.batch_completed,
-        }
-    )
 
 
 async def _record(st: AppState, rec: Any, batch_completed: bool) -> None:

@@ -10,18 +10,29 @@ local function fail(code, details)
   return redis.error_reply('DISTRS ' .. code .. ' ' .. cjson.encode(details))
 end
 
--- A live lease owned by worker_id at now: its fields {worker, state, deadline, ...extra}, or
--- nil and the error reply (unknown, another worker's, or expired).
-local function live_lease(lkey, now, worker_id, lease_id, ...)
-  local l = redis.call('HMGET', lkey, 'worker', 'state', 'deadline', ...)
+-- A live lease taken by holder (the caller's credential identity) at now: its fields
+-- {holder, state, deadline, ...extra}, or nil and the error reply (unknown, another holder's,
+-- or expired). Fencing: an expired lease is refused even before the reaper requeued it, and a
+-- requeued or finished lease no longer exists, so an old holder can never write over a new one.
+-- check_lease answers nil, code, details instead (a bundle reports errors per lease).
+local function check_lease(lkey, now, holder, lease_id, ...)
+  local l = redis.call('HMGET', lkey, 'holder', 'state', 'deadline', ...)
   if not l[1] or l[2] ~= 'live' then
-    return nil, fail('unknown_lease', {lease_id = lease_id})
+    return nil, 'unknown_lease', {lease_id = lease_id}
   end
-  if l[1] ~= worker_id then
-    return nil, fail('lease_not_yours', {lease_id = lease_id})
+  if l[1] ~= holder then
+    return nil, 'lease_not_yours', {lease_id = lease_id}
   end
   if tonumber(l[3]) < tonumber(now) then
-    return nil, fail('lease_expired', {lease_id = lease_id, deadline = tonumber(l[3])})
+    return nil, 'lease_expired', {lease_id = lease_id, deadline = tonumber(l[3])}
+  end
+  return l
+end
+
+local function live_lease(lkey, now, holder, lease_id, ...)
+  local l, code, details = check_lease(lkey, now, holder, lease_id, ...)
+  if not l then
+    return nil, fail(code, details)
   end
   return l
 end
@@ -60,7 +71,7 @@ end
 local function complete_batch(bkey, now, ctx)
   local b = redis.call('HMGET', bkey, 'task', 'batch_id', 'reward_type', 'rollout_started_at',
     'registered_at', 'tmax', 'k_members', 'k_results', 'k_queued', 'k_profile', 'k_history',
-    'k_span')
+    'k_span', 'k_spans')
   local task, batch_id, rtype = b[1], b[2], b[3]
   local anchor = tonumber(b[4] or b[5] or now)
   local tmax = tonumber(b[6] or '0')
@@ -88,6 +99,12 @@ local function complete_batch(bkey, now, ctx)
   redis.call('RPUSH', b[11], profile)
   redis.call('LTRIM', b[11], -tonumber(ctx.k), -1)
   redis.call('SET', b[12], fmt(tmax))
+  if b[13] then
+    -- every task's recent spans: the prior of a new task of the same type (core/history.py)
+    redis.call('LPUSH', b[13], '{"rt":' .. rt_json .. ',"at":' .. fmt(tonumber(now)) .. ',"span":'
+      .. fmt(tmax) .. '}')
+    redis.call('LTRIM', b[13], 0, 255)  -- SPAN_SAMPLES in core/history.py
+  end
   redis.call('HSET', bkey, 'completed_at', now, 'earliest_completion', fmt(earliest),
     'extra_delay_s', fmt(extra))
   redis.call('ZREM', ctx.active, bkey)
@@ -156,4 +173,81 @@ local function stage_record(stage, worker, queued_s, run_s, outcome)
   return '{"name":' .. cjson.encode(stage) .. ',"worker":' .. cjson.encode(worker)
     .. ',"queued_s":' .. fmt(queued_s) .. ',"run_s":' .. fmt(run_s)
     .. ',"outcome":' .. cjson.encode(outcome) .. '}'
+end
+
+-- Take the head of a stage queue for a worker until now + ttl (lease.lua, lease_bundle.lua).
+-- Returns false when the queue is empty, else {request_id, task, batch_id, reward_type, payload,
+-- artifacts, attempt, deadline}.
+local function take_head(qkey, leases_key, lkey, now, ttl, worker, lease_id, stage, holder)
+  now = tonumber(now)
+  while true do
+    local head = redis.call('ZPOPMIN', qkey, 1)
+    if #head == 0 then
+      return false
+    end
+    local member = head[1]
+    local reqkey = string.sub(member, 21)
+    local r = redis.call('HMGET', reqkey, 'request_id', 'task', 'batch_id', 'reward_type', 'payload',
+      'artifacts', 'stage_enqueued_at', 'k_queued', 'state')
+    -- a queue entry whose request vanished (expired or deleted by an operator) is dropped
+    if r[1] and r[9] == 'queued' then
+      redis.call('ZREM', r[8], stage .. '\n' .. reqkey)
+      local attempt = redis.call('HINCRBY', reqkey, 'attempts', 1)
+      redis.call('HSET', reqkey, 'state', 'running', 'lease', lkey)
+      local deadline = fmt(now + tonumber(ttl))
+      redis.call('HSET', lkey, 'lease_id', lease_id, 'k_req', reqkey, 'k_queue', qkey,
+        'member', member, 'stage', stage, 'worker', worker, 'holder', holder, 'deadline', deadline,
+        'started_at', fmt(now), 'attempt', attempt,
+        'queued_s', fmt(math.max(0, now - tonumber(r[7]))),
+        'state', 'live', 'request_id', r[1], 'task', r[2], 'batch_id', r[3])
+      redis.call('ZADD', leases_key, deadline, lkey)
+      return {r[1], r[2], r[3], r[4], r[5], r[6], attempt, deadline}
+    end
+  end
+end
+
+-- Extend a live lease (heartbeat.lua, heartbeat_bundle.lua): the new deadline, or nil, code,
+-- details.
+local function extend(lkey, leases_key, now, ttl, holder, lease_id)
+  local l, code, details = check_lease(lkey, now, holder, lease_id)
+  if not l then
+    return nil, code, details
+  end
+  local deadline = fmt(tonumber(now) + tonumber(ttl))
+  redis.call('HSET', lkey, 'deadline', deadline)
+  redis.call('ZADD', leases_key, deadline, lkey)
+  return deadline
+end
+
+-- Finish a live lease (complete.lua, complete_bundle.lua): move the request on to next_stage
+-- (qkey, with artifacts; '' keeps them) or record its result. Returns batch_completed (0|1) and
+-- the request key, or nil, code, details. ctx: active, events, stages, chan_work, chan_result,
+-- ttl, k, maxlen, policy.
+local function complete_one(lkey, leases_key, qkey, holder, lease_id, now, run_s, outcome,
+                            next_stage, artifacts, result_body, status, ctx)
+  local l, code, details = check_lease(lkey, now, holder, lease_id, 'k_req', 'stage', 'queued_s',
+    'worker')
+  if not l then
+    return nil, code, details
+  end
+  local reqkey = l[4]
+  redis.call('DEL', lkey)
+  redis.call('ZREM', leases_key, lkey)
+  local stages = redis.call('HGET', reqkey, 'stages')
+  redis.call('HSET', reqkey, 'stages', append_json(stages, stage_record(l[5], l[7],
+    tonumber(l[6]), tonumber(run_s), outcome)))
+  if next_stage ~= '' then
+    local r = redis.call('HMGET', reqkey, 'seq', 'k_batch')
+    if artifacts ~= '' then
+      redis.call('HSET', reqkey, 'artifacts', artifacts)
+    end
+    -- max_attempts counts per stage
+    redis.call('HSET', reqkey, 'state', 'queued', 'stage', next_stage, 'stage_enqueued_at', now,
+      'attempts', 0)
+    redis.call('HDEL', reqkey, 'lease')
+    enqueue(qkey, ctx.stages, next_stage, reqkey, r[1], queue_score(ctx.policy, r[2]), now)
+    redis.call('PUBLISH', ctx.chan_work, next_stage .. '\n1')
+    return 0, reqkey
+  end
+  return finish(reqkey, result_body, status, now, ctx), reqkey
 end

@@ -1,8 +1,9 @@
 -- Register a batch (idempotent), enforcing task ownership by tenant.
 -- KEYS: 1 owner, 2 batch, 3 span, 4 events, 5 active,
---       6 members, 7 results, 8 queued, 9 profile, 10 history
+--       6 members, 7 results, 8 queued, 9 profile, 10 history, 11 spans (all tasks)
 -- ARGV: 1 tenant, 2 task, 3 batch_id, 4 size, 5 reward_type ('' = none),
---       6 rollout_started_at ('' = none), 7 now, 8 default_span_s, 9 events maxlen
+--       6 rollout_started_at ('' = none), 7 now, 8 span prior of a task with no history
+--       (core/history.py prior_span, computed by the caller from KEYS[11]), 9 events maxlen
 -- Returns {created (0|1), field, value, ...} of the batch hash.
 local tenant, task, batch_id, size = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local rtype, rollout, now = ARGV[5], ARGV[6], ARGV[7]
@@ -29,7 +30,7 @@ if rollout ~= '' then anchor = tonumber(rollout) end
 local fields = {'tenant', tenant, 'task', task, 'batch_id', batch_id, 'size', size,
   'registered_at', now, 'estimated_completion', fmt(anchor + span), 'submitted', 0, 'done', 0,
   'k_members', KEYS[6], 'k_results', KEYS[7], 'k_queued', KEYS[8], 'k_profile', KEYS[9],
-  'k_history', KEYS[10], 'k_span', KEYS[3]}
+  'k_history', KEYS[10], 'k_span', KEYS[3], 'k_spans', KEYS[11]}
 if rtype ~= '' then
   table.insert(fields, 'reward_type'); table.insert(fields, rtype)
 end

@@ -1,7 +1,7 @@
 -- Give a live lease back unworked (a draining worker got work as it was told to stop): the
 -- request returns to its place in the stage queue and the attempt is not counted.
 -- KEYS: 1 lease key, 2 leases, 3 stages
--- ARGV: 1 now, 2 worker_id, 3 lease_id, 4 policy, 5 work channel
+-- ARGV: 1 now, 2 holder, 3 lease_id, 4 policy, 5 work channel
 -- Returns the stage.
 local l, err = live_lease(KEYS[1], ARGV[1], ARGV[2], ARGV[3], 'k_req', 'k_queue', 'stage')
 if not l then

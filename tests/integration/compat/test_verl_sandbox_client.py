@@ -131,6 +131,6 @@ def test_a_504_retry_waits_on_the_first_run(compat_service: Service, verl: Any) 
 
     batch = "rc-" + _hash(["python", run_code_payload(RunCodeRequest.model_validate(body))])
     with compat_service.client() as c:
-        page = c.get(f"/v1/batches/sandboxfusion.tenant-a/{batch}/results").json()
+        page = c.get(f"/v1/batches/sandboxfusion/{batch}/results").json()
         assert page["done"] == 1
-        assert c.get(f"/v1/requests/sandboxfusion.tenant-a/{batch}-0").json()["attempts"] == 1
+        assert c.get(f"/v1/requests/sandboxfusion/{batch}-0").json()["attempts"] == 1

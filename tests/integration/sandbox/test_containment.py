@@ -27,7 +27,7 @@ from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.cpp import CompileHandler, RunHandler
 from distrs.rewards.judge import JudgeSettings
 from distrs.rewards.python_reward import PythonRunHandler
-from distrs.sandbox.local import RLIMITS, LocalSandbox
+from distrs.sandbox.local import BWRAP, RLIMITS, LocalSandbox
 from tests.integration.sandbox.conftest import assert_no_survivors, sandbox_processes, sandbox_settings
 
 SETTINGS = JudgeSettings(test_time_s=3.0)
@@ -90,7 +90,7 @@ def test_memory_hog(handler: PythonRunHandler) -> None:
         """,
         memory_limit_mb=256,
     )
-    assert out.status is Status.RUNTIME_ERROR
+    assert out.status is Status.MEMORY_LIMIT_EXCEEDED  # distinct from a runtime error
     assert "MemoryError" in out.detail["tests"][0]["stderr"]
 
 
@@ -308,6 +308,15 @@ def test_worker_killed_mid_run_leaves_nothing(tmp_path: Path) -> None:
         worker.kill()
         worker.wait(10)
         assert_no_survivors(marker)
+        # its session (a tmpfs where the worker may mount) is reaped by the next sandbox
+        base = tmp_path / "sbx"
+        if os.geteuid() != 0:
+            return  # only a root worker mounts session tmpfs on the host itself
+        left = list(base.glob("run-*"))
+        assert left, "the killed worker's session should still be there"
+        LocalSandbox(sandbox_settings(tmp_path), BWRAP)
+        assert not list(base.glob("run-*"))
+        assert not [m for m in Path("/proc/self/mounts").read_text().splitlines() if str(base) in m]
     finally:
         if worker.poll() is None:
             worker.kill()

@@ -264,3 +264,26 @@ async def test_pipelined_calls_keep_their_own_results_and_errors(redis_server: R
     assert isinstance(out[20], UnknownLease) and isinstance(out[21], LeaseNotYours)
     await store.flush_namespace()
     await store.close()
+
+
+async def test_every_redis_failure_is_unavailable_never_a_crash(redis_server: RedisServer) -> None:
+    store = RedisStore.from_url(redis_server.url, namespace=f"t-{uuid.uuid4().hex[:12]}")
+    await store.start()
+    try:
+        # an error reply no script expects (an operator's key of the wrong type): 503, not 500
+        await store._r.set(store.keys.leases(), "not a sorted set")
+        with pytest.raises(Unavailable):
+            await store.requeue_expired(100.0, max_attempts=3)
+        await store._r.delete(store.keys.leases())
+
+        # redis-py raises RuntimeError from an interrupted connection (health check or a read
+        # still pending); the store's one wrapper for Redis calls maps it to 503 as well
+        async def interrupted() -> None:
+            raise RuntimeError("readuntil() called while another coroutine is already waiting")
+
+        with pytest.raises(Unavailable):
+            await store._call(interrupted)
+        assert await store.requeue_expired(100.0, max_attempts=3) == []
+    finally:
+        await store.flush_namespace()
+        await store.close()

@@ -18,12 +18,13 @@ from distrs.config import StoreSettings
 from distrs.core.history import BatchProfile
 from distrs.core.model import BatchInfo, RequestState, Result, Status
 from distrs.core.priority import QueuePolicy
-from distrs.store.base import NewRequest, QueueStore
+from distrs.store.base import CompleteOutcome, CompletionItem, NewRequest, QueueStore
 from distrs.store.errors import (
     BatchConflict,
     BatchFull,
     LeaseExpired,
     LeaseNotYours,
+    StoreError,
     UnknownBatch,
     UnknownLease,
 )
@@ -552,3 +553,207 @@ async def test_requeue_many_expired_leases(store: QueueStore) -> None:
     assert await drain(store, "compile", 111.0) == [f"r{i:03d}" for i in range(n)]  # original order
     snap = await store.snapshot(112.0)
     assert snap.running == {"compile": n} and snap.queue_depth == {"compile": 0}
+
+
+# ownership and fencing -----------------------------------------------------------------------
+
+
+async def test_lease_belongs_to_the_credential_that_took_it(store: QueueStore) -> None:
+    await register(store, size=2)
+    await store.submit([req("r1"), req("r2")], 100.0)
+    lease = await store.lease("compile", "w1", 101.0, 10.0, holder="tok-a")
+    assert lease is not None and lease.holder == "tok-a" and lease.worker_id == "w1"
+    # the worker_id in a body proves nothing: another credential claiming to be "w1" is refused
+    for intruder in ("tok-b", "w1"):
+        with pytest.raises(LeaseNotYours) as err:
+            await store.heartbeat(lease.lease_id, intruder, 102.0, 10.0)
+        assert err.value.details == {"field": "lease_id"}
+        with pytest.raises(LeaseNotYours):
+            await store.complete(lease.lease_id, intruder, 102.0, 1.0, None, None, ok("r1", 0.0), "final")
+        with pytest.raises(LeaseNotYours):
+            await store.release(lease.lease_id, intruder, 102.0)
+    assert await store.heartbeat(lease.lease_id, "tok-a", 103.0, 10.0) == pytest.approx(113.0)
+    out = await store.complete(lease.lease_id, "tok-a", 104.0, 1.0, None, None, ok("r1", 0.5), "final")
+    assert out.request.result is not None and out.request.result.score == 0.5
+    assert [s.worker for s in out.request.stages] == ["w1"]  # the display name is kept
+    other = await store.lease("compile", "w2", 105.0, 10.0, holder="tok-b")
+    assert other is not None
+    with pytest.raises(LeaseNotYours):
+        await store.release(other.lease_id, "tok-a", 106.0)
+    assert await store.release(other.lease_id, "tok-b", 106.0) == "compile"
+
+
+async def test_late_holder_is_fenced_off_before_and_after_the_requeue(store: QueueStore) -> None:
+    await register(store, size=1)
+    await store.submit([req("r1")], 100.0)
+    old = await store.lease("compile", "old", 101.0, 6.0, holder="tok-old")
+    assert old is not None
+    # past the deadline, the reaper has not run yet: the old holder can neither extend nor finish
+    with pytest.raises(LeaseExpired):
+        await store.heartbeat(old.lease_id, "tok-old", 108.0, 6.0)
+    with pytest.raises(LeaseExpired):
+        await store.complete(old.lease_id, "tok-old", 108.0, 7.0, None, None, ok("r1", 0.0), "final")
+    assert await store.requeue_expired(108.5, max_attempts=3) == [("r1", "compile")]
+    new = await store.lease("compile", "new", 109.0, 6.0, holder="tok-new")
+    assert new is not None and new.request_id == "r1" and new.attempt == 2
+    # after the requeue the old lease no longer exists, while the new one runs and after it ended
+    for at in (110.0, 112.0):
+        with pytest.raises(UnknownLease):
+            await store.complete(old.lease_id, "tok-old", at, 9.0, None, None, ok("r1", 0.0), "final")
+        with pytest.raises(UnknownLease):
+            await store.heartbeat(old.lease_id, "tok-old", at, 6.0)
+        if at == 110.0:
+            await store.complete(new.lease_id, "tok-new", 111.0, 2.0, None, None, ok("r1", 1.0), "final")
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.result is not None
+    assert (rec.result.score, [s.worker for s in rec.result.stages]) == (1.0, ["new"])
+    assert [(r.request_id, r.score) for r in await store.batch_results("t", "b")] == [("r1", 1.0)]
+    batch = await store.get_batch("t", "b")
+    assert batch is not None and batch.done == 1 and batch.complete
+
+
+async def test_a_new_task_takes_its_prior_from_recent_batches_of_its_type(store: QueueStore) -> None:
+    # a busy tenant's batch of synthetic requests: arrivals 1 s and 2 s after registration,
+    # runs of 3 s and 4 s, so its span T = max(1 + 3, 2 + 4) = 6 s (Eq. 1-2)
+    await register(store, batch="b", size=2, task="busy", now=100.0)
+    await store.submit([req("r1", task="busy")], 101.0)
+    await store.submit([req("r2", task="busy")], 102.0)
+    for rid, start, run_s in (("r1", 101.0, 3.0), ("r2", 102.0, 4.0)):
+        lease = await store.lease("compile", "w", start, 30.0)
+        assert lease is not None and lease.request_id == rid
+        await store.complete(lease.lease_id, "w", start + run_s, run_s, None, None, ok(rid), "final")
+    busy = await store.get_batch("busy", "b")
+    assert busy is not None and busy.complete and busy.earliest_completion == pytest.approx(106.0)
+    # a new task of the same type is estimated like it, not at the 600 s default
+    fresh = await register(store, batch="b", task="fresh", now=200.0, reward_type="synthetic")
+    assert fresh.estimated_completion == pytest.approx(206.0)
+    # ...and the busy task keeps its own history
+    again = await register(store, batch="b2", task="busy", now=300.0)
+    assert again.estimated_completion == pytest.approx(306.0)
+    # an hour later the sample is too old to say anything: the default again
+    late = await register(store, batch="b", task="late", now=106.0 + 3601.0, reward_type="synthetic")
+    assert late.estimated_completion == pytest.approx(106.0 + 3601.0 + SPAN)
+
+
+# lease bundles -------------------------------------------------------------------------------
+
+
+def final(lease_id: str, rid: str, score: float = 1.0, run_s: float = 1.0) -> CompletionItem:
+    return CompletionItem(lease_id=lease_id, run_s=run_s, result=ok(rid, score), outcome="final")
+
+
+async def test_bundle_takes_the_top_k_in_queue_order(store: QueueStore) -> None:
+    # EBF: the batch with the earlier estimated completion first, FCFS within each batch
+    await register(store, batch="late", size=3, now=100.0, rollout_started_at=200.0)
+    await register(store, batch="early", size=3, now=100.0)
+    await store.submit([req("l1", batch="late"), req("l2", batch="late"), req("e1", batch="early")], 101.0)
+    await store.submit([req("e2", batch="early"), req("e3", batch="early")], 102.0)
+    assert await store.lease_many("compile", "w", 103.0, 10.0, 0) == []
+    got = await store.lease_many("compile", "w", 103.0, 10.0, 4, holder="tok")
+    assert [x.request_id for x in got] == ["e1", "e2", "e3", "l1"]
+    assert len({x.lease_id for x in got}) == 4 and {x.holder for x in got} == {"tok"}
+    assert all(x.deadline == 113.0 and x.attempt == 1 and x.stage == "compile" for x in got)
+    rest = await store.lease_many("compile", "w", 103.0, 10.0, 10)
+    assert [x.request_id for x in rest] == ["l2"]  # fewer than k left: what there is
+    assert await store.lease_many("compile", "w", 103.0, 10.0, 10) == []
+    snap = await store.snapshot(104.0)
+    assert snap.running == {"compile": 5}
+
+
+async def test_bundle_heartbeat_answers_per_lease(store: QueueStore) -> None:
+    await register(store, size=3)
+    await store.submit([req("r1"), req("r2"), req("r3")], 100.0)
+    mine = await store.lease_many("compile", "w", 101.0, 10.0, 2, holder="tok-a")
+    other = await store.lease("compile", "w", 101.0, 10.0, holder="tok-b")
+    assert other is not None
+    out = await store.heartbeat_many(
+        [mine[0].lease_id, "nope", other.lease_id, mine[1].lease_id], "tok-a", 105.0, 10.0
+    )
+    assert out[0] == pytest.approx(115.0) and out[3] == pytest.approx(115.0)
+    assert isinstance(out[1], UnknownLease) and isinstance(out[2], LeaseNotYours)
+    late = await store.heartbeat_many([mine[0].lease_id], "tok-a", 116.0, 10.0)
+    assert isinstance(late[0], LeaseExpired)
+
+
+async def test_bundle_completion_is_per_request_never_all_or_nothing(store: QueueStore) -> None:
+    await register(store, size=4)
+    await store.submit([req("r1"), req("r2"), req("r3"), req("r4")], 100.0)
+    a = await store.lease_many("compile", "wa", 101.0, 10.0, 3, holder="tok-a")
+    b = await store.lease("compile", "wb", 101.0, 10.0, holder="tok-b")
+    assert [x.request_id for x in a] == ["r1", "r2", "r3"] and b is not None
+    items = [
+        CompletionItem(
+            lease_id=a[0].lease_id, run_s=2.0, next_stage="execute", artifacts={"bin": "QQ=="}, outcome="next"
+        ),
+        final(a[1].lease_id, "r2", 0.5),
+        final(b.lease_id, "r4", 0.0),  # another holder's lease inside the bundle
+        final("nope", "r9"),
+        final(a[1].lease_id, "r2", 0.0),  # the same lease twice: it finished just before
+        final(a[2].lease_id, "r3", 0.25),
+    ]
+    out = await store.complete_many(items, "tok-a", 103.0)
+    assert [type(o).__name__ for o in out] == [
+        "CompleteOutcome", "CompleteOutcome", "LeaseNotYours", "UnknownLease", "UnknownLease", "CompleteOutcome",
+    ]  # fmt: skip
+    moved, r2, r3 = (o for o in out if isinstance(o, CompleteOutcome))
+    assert moved.request.stage == "execute" and moved.request.artifacts == {"bin": "QQ=="}
+    assert [(s.name, s.worker, s.run_s) for s in moved.request.stages] == [("compile", "wa", 2.0)]
+    assert r2.request.result is not None and r2.request.result.score == 0.5
+    assert r3.request.result is not None and r3.request.result.score == 0.25 and not r3.batch_completed
+    err = out[2]
+    assert isinstance(err, StoreError) and err.details == {"field": "lease_id"}
+    # the refused lease is untouched: its own holder finishes it and the batch is not done yet
+    done = await store.complete(b.lease_id, "tok-b", 104.0, 1.0, None, None, ok("r4", 1.0), "final")
+    assert not done.batch_completed
+    x = await store.lease_many("execute", "wx", 105.0, 10.0, 8)
+    assert [y.request_id for y in x] == ["r1"] and x[0].artifacts == {"bin": "QQ=="}
+    (last,) = await store.complete_many([final(x[0].lease_id, "r1", 1.0)], "wx", 106.0)
+    assert isinstance(last, CompleteOutcome) and last.batch_completed
+    assert [(r.request_id, r.score) for r in await store.batch_results("t", "b")] == [
+        ("r1", 1.0), ("r2", 0.5), ("r3", 0.25), ("r4", 1.0),
+    ]  # fmt: skip
+
+
+async def test_bundle_of_a_killed_worker_expires_nothing_lost_nothing_twice(store: QueueStore) -> None:
+    await register(store, size=4)
+    await store.submit([req("r1"), req("r2"), req("r3"), req("r4")], 100.0)
+    old = await store.lease_many("compile", "old", 101.0, 6.0, 3, holder="tok-old")
+    # the worker reported the first item of its bundle, then was killed
+    (first,) = await store.complete_many([final(old[0].lease_id, "r1", 0.1)], "tok-old", 102.0)
+    assert isinstance(first, CompleteOutcome)
+    assert sorted(await store.requeue_expired(108.0, max_attempts=3)) == [
+        ("r2", "compile"),
+        ("r3", "compile"),
+    ]
+    # back at their places, ahead of r4 (FCFS within the batch), attempt 2
+    new = await store.lease_many("compile", "new", 109.0, 6.0, 8, holder="tok-new")
+    assert [(x.request_id, x.attempt) for x in new] == [("r2", 2), ("r3", 2), ("r4", 1)]
+    # the old worker comes back and reports the rest of its bundle: refused, item by item
+    late = await store.complete_many([final(x.lease_id, x.request_id, 0.0) for x in old], "tok-old", 110.0)
+    assert all(isinstance(o, UnknownLease) for o in late)
+    out = await store.complete_many([final(x.lease_id, x.request_id, 0.9) for x in new], "tok-new", 111.0)
+    assert all(isinstance(o, CompleteOutcome) for o in out)
+    results = await store.batch_results("t", "b")
+    assert [(r.request_id, r.score) for r in results] == [("r1", 0.1), ("r2", 0.9), ("r3", 0.9), ("r4", 0.9)]
+    assert [[s.worker for s in r.stages] for r in results] == [["old"], ["new"], ["new"], ["new"]]
+    batch = await store.get_batch("t", "b")
+    assert batch is not None and batch.done == 4 and batch.complete
+
+
+async def test_bundle_max_attempts_count_per_request(store: QueueStore) -> None:
+    await register(store, size=2)
+    await store.submit([req("r1"), req("r2")], 100.0)
+    first = await store.lease_many("compile", "w", 101.0, 5.0, 2)
+    # r1 is released (a draining worker gives it back: no attempt), r2 expires
+    assert await store.release(first[0].lease_id, "w", 102.0) == "compile"
+    assert await store.requeue_expired(107.0, max_attempts=2) == [("r2", "compile")]
+    second = await store.lease_many("compile", "w", 108.0, 5.0, 2)
+    assert [(x.request_id, x.attempt) for x in second] == [("r1", 1), ("r2", 2)]
+    assert sorted(await store.requeue_expired(114.0, max_attempts=2)) == [
+        ("r1", "compile"),
+        ("r2", "compile"),
+    ]
+    # r2 used its two attempts and ended; r1 only one and is queued again
+    r2 = await store.get_request("t", "r2")
+    assert r2 is not None and r2.result is not None and r2.result.status is Status.INTERNAL_ERROR
+    assert [x.request_id for x in await store.lease_many("compile", "w", 115.0, 5.0, 2)] == ["r1"]

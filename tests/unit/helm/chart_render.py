@@ -63,6 +63,23 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
                                 "type": "string",
                                 "pattern": "^(0|(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
                             },
+                            "authorization": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {
+                                    "type": {"type": "string"},
+                                    "credentials": {
+                                        "type": "object",
+                                        "required": ["key"],
+                                        "additionalProperties": False,
+                                        "properties": {
+                                            "key": {"type": "string"},
+                                            "name": {"type": "string"},
+                                            "optional": {"type": "boolean"},
+                                        },
+                                    },
+                                },
+                            },
                         },
                     },
                 },

@@ -6,6 +6,7 @@ validate strictly against the Kubernetes schema; then each case checks what it i
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,10 @@ CASES: dict[str, dict[str, Any]] = {
         }
     },
     "monitoring": {
-        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}}
+        "metrics": {
+            "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "auth": {"enabled": True},
+        }
     },
     "gvisor": {
         "workers": {
@@ -60,6 +64,14 @@ CASES: dict[str, dict[str, Any]] = {
         }
     },
     "planner-ha": {"planner": {"replicas": 2}},
+    "sandbox-userns": {"sandbox": {"mode": "userNamespace"}},
+    "sandbox-runtime-default": {"sandbox": {"mode": "runtimeDefault", "allowDegraded": True}},
+    "sandbox-own-profile": {
+        "sandbox": {
+            "seccompProfile": {"installer": "none", "localhostProfile": "operator/rewards/distrs.json"},
+            "appArmorProfile": {"type": "Unconfined"},
+        }
+    },
     "tokens-and-pipelines": {
         "auth": {"trainers": [{"token": "t" * 24, "tenant": "team-a"}], "workerToken": "w" * 24},
         "pipelines": yaml.safe_load(PIPELINES.read_text()),
@@ -144,8 +156,14 @@ def test_services_select_their_pods(rendered: dict[str, Any]) -> None:
 def test_pods_are_hardened(rendered: dict[str, Any], case: str) -> None:
     for where, spec in pod_specs(rendered[case]):
         psc = spec["securityContext"]
+        if "worker" in where and case == "sandbox-userns":
+            continue  # root of its own user namespace: test_user_namespace_mode
         assert psc["runAsNonRoot"] is True, where
-        assert psc["seccompProfile"]["type"] == "RuntimeDefault", where
+        if "worker" in where and case not in ("sandbox-runtime-default",):
+            # the jail's namespaces: a Localhost profile, never Unconfined
+            assert psc["seccompProfile"]["type"] == "Localhost", where
+        else:
+            assert psc["seccompProfile"]["type"] == "RuntimeDefault", where
         mounts_ok = {
             v["name"] for v in spec.get("volumes", []) if "emptyDir" in v or "persistentVolumeClaim" in v
         }
@@ -235,6 +253,18 @@ def test_service_monitors_point_at_existing_ports(rendered: dict[str, Any]) -> N
         services = [s for s in find(objs, "Service") if sel.items() <= s["metadata"]["labels"].items()]
         assert len(services) == 1
         assert sm["spec"]["endpoints"][0]["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
+    # the proxy's /metrics needs a token: its ServiceMonitor sends the Secret's metrics token, which
+    # the proxy accepts (role metrics) and the helm test sends too
+    (proxy_sm,) = [m for m in monitors if m["metadata"]["name"].endswith("-proxy")]
+    auth = proxy_sm["spec"]["endpoints"][0]["authorization"]
+    ref = auth["credentials"]
+    assert auth["type"] == "Bearer"
+    (secret,) = [s for s in find(objs, "Secret") if s["metadata"]["name"] == ref["name"]]
+    token = base64.b64decode(secret["data"][ref["key"]]).decode()
+    assert f"{token}:metrics" in base64.b64decode(secret["data"]["tokens"]).decode().split(",")
+    (proxy,) = [o for o in find(objs, "Deployment") if o["metadata"]["name"] == f"{F}-proxy"]
+    proxy_env = env_of(proxy["spec"]["template"]["spec"]["containers"][0])
+    assert proxy_env["DISTRS_METRICS_AUTH"] == "true" and proxy_env["DISTRS_METRICS_TENANT_LABELS"] == "false"
 
 
 def test_gvisor_runtime_class_only_where_asked(rendered: dict[str, Any]) -> None:
@@ -370,10 +400,13 @@ def test_every_distrs_env_var_is_a_real_setting(rendered: dict[str, Any]) -> Non
     def fields(*classes: Any) -> set[str]:
         return {f"DISTRS_{name.upper()}" for cls in classes for name in cls.model_fields}
 
+    from distrs.sandbox import SandboxSettings
+
     allowed = {
         "proxy": fields(ProxySettings),
         "planner": fields(PlannerSettings),
-        "worker": fields(WorkerSettings),
+        "worker": fields(WorkerSettings)
+        | {f"DISTRS_SANDBOX_{n.upper()}" for n in SandboxSettings.model_fields},
     }
     seen = 0
     for case in ("defaults", "planner-ha", "tokens-and-pipelines"):
@@ -396,3 +429,99 @@ def test_notes_tell_how_to_reach_the_proxy_and_read_tokens(chart: Any) -> None:
         "distrs/templates/NOTES.txt"
     ]
     assert "WARNING" in insecure
+
+
+SHARED_SECCOMP = Path(__file__).resolve().parents[4] / "shared" / "seccomp" / "docker-default.json"
+PROFILE = CHART / "files" / "seccomp" / "distrs-sandbox.json"
+
+
+def _workers(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        d
+        for d in find(objs, "Deployment")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    ]
+
+
+def test_default_workers_use_the_profile_the_chart_installs_on_every_node(rendered: dict[str, Any]) -> None:
+    objs = rendered["defaults"]
+    cms = [
+        c
+        for c in find(objs, "ConfigMap")
+        if c["metadata"]["labels"].get("distrs.io/seccomp-profiles") == "true"
+    ]
+    assert len(cms) == 1 and len(cms[0]["data"]) == 1
+    ((key, text),) = cms[0]["data"].items()
+    assert json.loads(text) == json.loads(PROFILE.read_text())
+    assert key.startswith("sandbox-") and key.endswith(".json")  # content-addressed
+    for w in _workers(objs):
+        spec = w["spec"]["template"]["spec"]
+        assert spec["securityContext"]["seccompProfile"] == {
+            "type": "Localhost",
+            "localhostProfile": f"distrs/{key}",
+        }
+        assert spec["securityContext"]["runAsNonRoot"] is True and "hostUsers" not in spec
+        env = env_of(spec["containers"][0])
+        assert env["DISTRS_SANDBOX_ALLOW_DEGRADED"] == "false"
+        assert env["DISTRS_SANDBOX_DISK_BYTES"] == str(256 << 20) and env["DISTRS_SANDBOX_INODES"] == "10000"
+    (ds,) = find(objs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    host = next(v for v in pod["volumes"] if "hostPath" in v)
+    assert host["hostPath"]["path"] == "/var/lib/kubelet/seccomp"
+    c = pod["containers"][0]
+    assert f"/host-seccomp/distrs/{key}" in c["args"][0]
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"operator": "Exists"} in pod["tolerations"]  # GPU nodes too
+
+
+def test_profile_is_the_runtime_default_plus_the_jails_namespace_calls() -> None:
+    if not SHARED_SECCOMP.exists():
+        pytest.skip(f"{SHARED_SECCOMP} not present")
+    base = json.loads(SHARED_SECCOMP.read_text())
+    ours = json.loads(PROFILE.read_text())
+    added = ours["syscalls"][len(base["syscalls"]) :]
+    assert ours["syscalls"][: len(base["syscalls"])] == base["syscalls"]
+    assert {k: v for k, v in ours.items() if k != "syscalls"} == {
+        k: v for k, v in base.items() if k != "syscalls"
+    }
+    assert len(added) == 1 and added[0]["action"] == "SCMP_ACT_ALLOW"
+    assert sorted(added[0]["names"]) == ["clone", "mount", "pivot_root", "umount2", "unshare"]
+    assert "args" not in added[0] and "includes" not in added[0]
+
+
+def test_user_namespace_mode(rendered: dict[str, Any]) -> None:
+    objs = rendered["sandbox-userns"]
+    assert not find(objs, "DaemonSet")
+    for w in _workers(objs):
+        spec = w["spec"]["template"]["spec"]
+        assert spec["hostUsers"] is False
+        psc = spec["securityContext"]
+        assert psc["runAsUser"] == 0 and psc["runAsNonRoot"] is False
+        assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+        sc = spec["containers"][0]["securityContext"]
+        assert sc["capabilities"]["drop"] == ["ALL"] and "SYS_ADMIN" in sc["capabilities"]["add"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+
+
+def test_runtime_default_mode_and_own_profile(rendered: dict[str, Any]) -> None:
+    objs = rendered["sandbox-runtime-default"]
+    assert not find(objs, "DaemonSet")
+    for w in _workers(objs):
+        spec = w["spec"]["template"]["spec"]
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert env_of(spec["containers"][0])["DISTRS_SANDBOX_ALLOW_DEGRADED"] == "true"
+    objs = rendered["sandbox-own-profile"]
+    assert not find(objs, "DaemonSet")
+    for w in _workers(objs):
+        spec = w["spec"]["template"]["spec"]
+        assert spec["securityContext"]["seccompProfile"] == {
+            "type": "Localhost",
+            "localhostProfile": "operator/rewards/distrs.json",
+        }
+        assert spec["containers"][0]["securityContext"]["appArmorProfile"] == {"type": "Unconfined"}
+
+
+def test_installer_none_needs_a_profile_path(chart: Any) -> None:
+    with pytest.raises(Exception, match="localhostProfile is required"):
+        render({"sandbox": {"seccompProfile": {"installer": "none"}}}, chart=chart)

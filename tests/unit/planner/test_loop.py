@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from distrs.actuators.base import StageReplicas
 from distrs.config import PlannerSettings
@@ -148,3 +149,43 @@ async def test_histories_of_known_tasks_reach_the_policy() -> None:
     ctx = seen[-1]
     assert [b.task for b in ctx.batches] == ["new"]
     assert len(ctx.histories["old"]) == 1 and ctx.histories["old"][0].requests[0].s == {"compile": 4.0}
+
+
+class FlakyStore(MemoryStore):
+    """The memory store, unreachable for its first ``down`` snapshots (as Redis at start-up)."""
+
+    def __init__(self, down: int) -> None:
+        super().__init__()
+        self.down = down
+
+    async def snapshot(self, now: float, finished_types: object = ()) -> Any:
+        if self.down > 0:
+            self.down -= 1
+            raise ConnectionError("store unreachable")
+        return await super().snapshot(now, finished_types)  # type: ignore[arg-type]
+
+
+async def test_start_retries_until_the_store_answers() -> None:
+    import asyncio
+
+    store = FlakyStore(down=3)
+    p = Planner(store, FakeActuator(), load_pipelines(), PlannerSettings(store_retry_s=0.01), clock=Clock())
+    assert not p.ready and p.not_ready == "no decision yet"
+    assert await p.start(asyncio.Event())
+    assert p.ready and p.last is not None and store.down == 0
+    errors = p.metrics.registry.get_sample_value("distrs_planner_errors_total", {"reason": "ConnectionError"})
+    assert errors == 3.0
+
+
+async def test_start_gives_up_only_when_stopped() -> None:
+    import asyncio
+
+    store = FlakyStore(down=10**9)
+    p = Planner(store, FakeActuator(), load_pipelines(), PlannerSettings(store_retry_s=0.01), clock=Clock())
+    stop = asyncio.Event()
+    task = asyncio.create_task(p.start(stop))
+    while store.down > 10**9 - 3:
+        await asyncio.sleep(0.01)
+    assert not task.done() and not p.ready and "ConnectionError" in p.not_ready
+    stop.set()
+    assert await task is False

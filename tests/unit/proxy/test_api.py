@@ -134,10 +134,12 @@ async def test_lease_not_yours_and_expired(api: Api) -> None:
     await register(api)
     await api.trainer.post("/v1/requests", json=req(0))
     ls = await lease(api, "compile", "w1")
-    r = await api.worker.post(
-        f"/v1/leases/{ls['lease_id']}/complete", json={"worker_id": "w2", "outcome": "next"}
+    # ownership is the token's: another token naming the same worker_id is refused
+    r = await api.admin.post(
+        f"/v1/leases/{ls['lease_id']}/complete", json={"worker_id": "w1", "outcome": "next"}
     )
     assert r.status_code == 403 and error(r)["code"] == "lease_not_yours"
+    assert error(r)["details"]["field"] == "lease_id"
     api.clock.t += 11  # past the 10 s lease TTL
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/heartbeat", json={"worker_id": "w1"})
     assert r.status_code == 409 and error(r)["code"] == "lease_expired"
@@ -156,7 +158,7 @@ async def test_release_gives_the_lease_back(api: Api) -> None:
     ls = await lease(api, "compile", "w1")
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker": "w1"})
     assert r.status_code == 422 and "worker_id" in error(r)["message"]
-    r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w2"})
+    r = await api.admin.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w1"})
     assert r.status_code == 403 and error(r)["code"] == "lease_not_yours"
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w1"})
     assert r.status_code == 200 and r.json() == {"lease_id": ls["lease_id"], "released": True}
@@ -191,11 +193,18 @@ async def test_tenant_isolation(api: Api) -> None:
     for path in ("/v1/batches/t1/b1/results", "/v1/requests/t1/r0"):
         r = await api.other_tenant.get(path)
         assert r.status_code == 404
-    r = await api.other_tenant.post("/v1/batches", json={"task": "t1", "batch_id": "b9", "size": 1})
-    assert r.status_code == 404
     r = await api.other_tenant.post("/v1/requests", json=req(5))
-    assert r.status_code == 404
-    assert (await api.admin.get("/v1/batches/t1/b1/results")).status_code == 200
+    assert r.status_code == 404  # tenant B has no batch b1 of its own task t1
+    # B's task t1 is its own: registering it neither fails nor touches A's t1
+    r = await api.other_tenant.post("/v1/batches", json={"task": "t1", "batch_id": "b1", "size": 1})
+    assert r.status_code == 201 and r.json()["task"] == "t1" and r.json()["size"] == 1
+    r = await api.trainer.get("/v1/batches/t1/b1/results")
+    assert r.status_code == 200 and r.json()["size"] == 3 and r.json()["task"] == "t1"
+    r = await api.admin.get("/v1/batches/t1/b1/results", params={"tenant": "tenant-a"})
+    assert r.status_code == 200 and r.json()["size"] == 3
+    assert (await api.admin.get("/v1/batches/t1/b1/results")).status_code == 404  # admin's own tenant
+    r = await api.other_tenant.get("/v1/batches/t1/b1/results", params={"tenant": "tenant-a"})
+    assert r.status_code == 403 and error(r)["details"]["field"] == "tenant"
 
 
 async def test_auth_and_roles(api: Api) -> None:
@@ -241,7 +250,7 @@ async def test_metrics_and_stats_reflect_queues(api: Api) -> None:
     await register(api, size=2)
     await api.trainer.post("/v1/requests", json={"requests": [req(0), req(1)]})
     text = (await api.anon.get("/metrics")).text
-    assert 'distrs_queue_depth{stage="compile",task="t1"} 2.0' in text
+    assert 'distrs_queue_depth{stage="compile",task="all"} 2.0' in text and "t1" not in text
     stats = (await api.admin.get("/v1/stats")).json()
     assert stats["queues"]["compile"] == 2 and stats["active_batches"][0]["submitted"] == 2
 

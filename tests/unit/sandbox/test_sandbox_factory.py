@@ -35,25 +35,50 @@ def test_bwrap_without_proc_when_proc_is_masked(tmp_path: Path, monkeypatch: pyt
     assert sb._settings.mount_proc is False
 
 
-def test_rlimits_fallback_warns_loudly(
+def test_no_silent_fallback_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(factory, "probe_bwrap", _probe(False, False))
+    with pytest.raises(SandboxError) as e:
+        factory.create_sandbox(_settings(tmp_path))
+    msg = str(e.value)
+    # one line that says why and names the settings to change
+    assert "\n" not in msg and "namespaces refused" in msg
+    assert "sandbox.mode=seccompProfile" in msg and "sandbox.allowDegraded=true" in msg
+
+
+def test_degraded_only_when_allowed_and_then_loudly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(factory, "probe_bwrap", _probe(False, False))
-    sb = factory.create_sandbox(_settings(tmp_path))
+    sb = factory.create_sandbox(_settings(tmp_path, allow_degraded=True))
     assert sb.isolation == RLIMITS
     assert "SANDBOX DEGRADED" in caplog.text and "namespaces refused" in caplog.text
 
 
-def test_require_isolation_refuses_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(factory, "probe_bwrap", _probe(False, False))
-    with pytest.raises(SandboxError, match="isolation is required"):
-        factory.create_sandbox(_settings(tmp_path, require_isolation=True))
-
-
 def test_forced_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(factory, "probe_bwrap", _probe(False, False))
-    assert factory.create_sandbox(_settings(tmp_path, backend="rlimits")).isolation == RLIMITS
+    with pytest.raises(SandboxError, match="allowDegraded"):
+        factory.create_sandbox(_settings(tmp_path, backend="rlimits"))
+    assert (
+        factory.create_sandbox(_settings(tmp_path, backend="rlimits", allow_degraded=True)).isolation
+        == RLIMITS
+    )
     with pytest.raises(SandboxError):
-        factory.create_sandbox(_settings(tmp_path, backend="bwrap"))
+        factory.create_sandbox(_settings(tmp_path, backend="bwrap", allow_degraded=True))
     with pytest.raises(SandboxError, match="unknown sandbox backend"):
         factory.create_sandbox(_settings(tmp_path, backend="docker"))
+
+
+def test_shared_remembers_a_failure_and_readiness_reports_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def failing(settings: SandboxSettings | None = None) -> LocalSandbox:
+        calls.append(1)
+        raise SandboxError("SANDBOX UNAVAILABLE: no namespaces")
+
+    monkeypatch.setattr(factory, "create_sandbox", failing)
+    monkeypatch.setattr(factory, "_shared", None)
+    monkeypatch.setattr(factory, "_failure", None)
+    assert factory.readiness() == (False, "SANDBOX UNAVAILABLE: no namespaces")
+    with pytest.raises(SandboxError):
+        factory.shared()
+    assert len(calls) == 1  # probed once, not per request

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from distrs.sandbox.base import Limits, MemoryKind, Mounts, default_env
 from distrs.sandbox.jail import (
+    JAIL_UID,
     JAIL_WORKDIR,
+    JailSpec,
     bwrap_args,
+    etc_files,
     fallback_command,
     jail_command,
     prlimit_args,
@@ -40,37 +43,48 @@ def test_setpriv_drops_groups_caps_and_new_privs() -> None:
     assert "--bounding-set=-all" in args
 
 
-def test_root_jail_has_no_user_namespace_and_drops_to_uid_before_limits() -> None:
+def _spec(**kw: object) -> JailSpec:
+    base: dict[str, object] = dict(bwrap="bwrap", workdir="/w", tmpdir="/s/tmp", tmp_bytes=1 << 20)
+    base.update(kw)
+    return JailSpec(**base)  # type: ignore[arg-type]
+
+
+def test_pool_jail_has_no_user_namespace_and_drops_to_the_run_uid_inside() -> None:
     cmd = jail_command(
-        ["./prog", "x"], bwrap="bwrap", workdir="/w", limits=Limits(), env={}, mounts=Mounts(), uid=61000
+        ["./prog", "x"], _spec(pool_uid=61000, seccomp_fd=7), limits=Limits(), env={}, mounts=Mounts()
     )
     assert "--unshare-user" not in cmd and "--unshare-all" not in cmd
     assert {"--unshare-pid", "--unshare-net", "--die-with-parent", "--new-session"} <= set(cmd)
-    inner = cmd
-    sep = inner.index("--")
-    assert inner[sep + 1] == "setpriv" and "--reuid=61000" in inner
-    assert inner.index("prlimit") > inner.index("--reuid=61000")
+    sep = cmd.index("--")
+    assert cmd[sep + 1] == "setpriv" and "--reuid=61000" in cmd and "--no-new-privs" in cmd
+    assert cmd.index("prlimit") > cmd.index("--reuid=61000")
+    assert _pairs(cmd, "--seccomp") == ["7"]  # the filter is on before setpriv runs
     assert cmd[-2:] == ["./prog", "x"]
 
 
-def test_nonroot_jail_unshares_everything_and_no_setpriv() -> None:
+def test_unprivileged_jail_is_a_user_namespace_without_capabilities() -> None:
+    cmd = jail_command(["true"], _spec(seccomp_fd=3), limits=Limits(), env={}, mounts=Mounts())
+    assert {"--unshare-all", "--unshare-user"} <= set(cmd)
+    assert _pairs(cmd, "--uid") == [str(JAIL_UID)] and _pairs(cmd, "--cap-drop") == ["ALL"]
+    assert "setpriv" not in cmd
+    assert cmd[cmd.index("--") + 1] == "prlimit"
+
+
+def test_cgroup_trampoline_comes_first() -> None:
     cmd = jail_command(
-        ["true"], bwrap="bwrap", workdir="/w", limits=Limits(), env={}, mounts=Mounts(), uid=None
+        ["true"], _spec(), limits=Limits(), env={}, mounts=Mounts(), trampoline=["sh", "-c", "x"]
     )
-    assert {"--unshare-all", "--unshare-user", "--disable-userns"} <= set(cmd)
-    inner = cmd
-    assert "setpriv" not in inner
-    assert inner[inner.index("--") + 1] == "prlimit"
+    assert cmd[:4] == ["sh", "-c", "x", "bwrap"]
 
 
-def test_workdir_is_the_only_writable_bind_and_env_is_explicit() -> None:
+def test_workdir_and_tmp_are_the_only_writable_binds_and_env_is_explicit() -> None:
     env = default_env({"CUDA_VISIBLE_DEVICES": "0"})
-    args = bwrap_args(
-        bwrap="bwrap", workdir="/host/run-1", limits=Limits(), env=env, mounts=Mounts(), as_root=True
-    )
-    i = args.index("--bind")
-    assert args[i + 1 : i + 3] == ["/host/run-1", JAIL_WORKDIR]
-    assert args.count("--bind") == 1
+    args = bwrap_args(_spec(workdir="/host/run-1/work", tmpdir="/host/run-1/tmp"), env, Mounts())
+    assert [args[i + 1 : i + 3] for i, a in enumerate(args) if a == "--bind"] == [
+        ["/host/run-1/tmp", "/tmp"],
+        ["/host/run-1/work", JAIL_WORKDIR],
+    ]
+    assert "--tmpfs" not in args
     assert "--clearenv" in args
     setenv = [args[i + 1 : i + 3] for i, a in enumerate(args) if a == "--setenv"]
     assert ["CUDA_VISIBLE_DEVICES", "0"] in setenv
@@ -78,11 +92,19 @@ def test_workdir_is_the_only_writable_bind_and_env_is_explicit() -> None:
     assert args.index("--clearenv") < args.index("--setenv")
 
 
+def test_jail_etc_files_are_bound_read_only() -> None:
+    args = bwrap_args(_spec(etc_dir="/b/.jail/etc"), {}, Mounts())
+    ro = [args[i + 1 : i + 3] for i, a in enumerate(args) if a == "--ro-bind"]
+    assert ["/b/.jail/etc/hosts", "/etc/hosts"] in ro and ["/b/.jail/etc/passwd", "/etc/passwd"] in ro
+    files = etc_files()
+    assert "127.0.0.1\tlocalhost" in files["hosts"] and f":{JAIL_UID}:" in files["passwd"]
+
+
 def test_extra_paths_get_traversable_parents_once() -> None:
     mounts = Mounts(
         ro_paths=("/root/.pyenv/versions/3.11.7", "/root/.pyenv/other"), dev_paths=("/dev/nvidia0",)
     )
-    args = bwrap_args(bwrap="bwrap", workdir="/w", limits=Limits(), env={}, mounts=mounts, as_root=True)
+    args = bwrap_args(_spec(pool_uid=61000), {}, mounts)
     dirs = _pairs(args, "--dir")
     assert dirs.count("/root") == 1 and dirs.count("/root/.pyenv") == 1
     assert "/root/.pyenv/versions" in dirs
@@ -97,15 +119,13 @@ def test_extra_paths_get_traversable_parents_once() -> None:
     assert "/sys" not in args
 
 
-def test_tmpfs_is_sized() -> None:
-    args = bwrap_args(
-        bwrap="bwrap", workdir="/w", limits=Limits(tmpfs_bytes=12345), env={}, mounts=Mounts(), as_root=False
-    )
+def test_tmpfs_is_sized_when_the_session_has_none() -> None:
+    args = bwrap_args(_spec(tmpdir=None, tmp_bytes=12345), {}, Mounts())
     i = args.index("--tmpfs")
     assert args[i - 4 : i + 2] == ["--perms", "1777", "--size", "12345", "--tmpfs", "/tmp"]
 
 
 def test_fallback_command_is_limits_around_argv() -> None:
     assert fallback_command(["a"], limits=Limits(), uid=None)[0] == "prlimit"
-    cmd = fallback_command(["a"], limits=Limits(), uid=61001)
-    assert cmd[0] == "setpriv" and cmd[-1] == "a" and "prlimit" in cmd
+    cmd = fallback_command(["a"], limits=Limits(), uid=61001, trampoline=["sh", "-c", "j"])
+    assert cmd[:4] == ["sh", "-c", "j", "setpriv"] and cmd[-1] == "a" and "prlimit" in cmd

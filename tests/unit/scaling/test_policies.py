@@ -57,6 +57,15 @@ def test_distrs_reports_estimates_and_search_detail():
     assert 1 <= d.replicas["execute"] <= d.debug["upper_bounds"]["execute"]
 
 
+@pytest.mark.parametrize("policy", ["distrs", "history"])
+def test_a_stage_cap_bounds_the_searching_policies(policy):
+    free = plan(_ctx(policy))
+    assert free.replicas["compile"] > 2
+    capped = plan(_ctx(policy, stage_max_replicas={"compile": 2}))
+    assert capped.replicas["compile"] <= 2
+    assert capped.replicas["execute"] >= 1
+
+
 def test_timeout_awareness_never_gives_fewer_workers_here():
     # same workload; the timeout-aware rule only adds constraints
     dist, hist = plan(_ctx("distrs")), plan(_ctx("history"))

@@ -56,6 +56,16 @@ def test_unsatisfiable_under_the_replica_cap_returns_the_cap_not_B():
     assert res.replicas == {"run": 4}
 
 
+def test_a_stage_cap_bounds_that_stage_only():
+    # three 5-s requests at once on two stages with D=0 need 3 of each; compile may have 2
+    wl = workload(TWO, [0, 0, 0], [[5, 5]] * 3)
+    free = search(wl, TWO, 0.0, timeout_aware=False)
+    assert free.satisfiable and free.replicas == {"compile": 3, "execute": 3}
+    res = search(wl, TWO, 0.0, timeout_aware=False, stage_max={"compile": 2})
+    assert res.upper_bounds["compile"] == 2 and res.replicas["compile"] == 2
+    assert res.satisfiable is False  # the planner knows it cannot meet D with the cap
+
+
 def test_late_request_gets_its_own_deadline_instead_of_everything():
     # a request queued now needs 50 s but the batch was estimated to end in 10 s: T + D cannot be
     # met by any allocation. That request may finish by its zero-queuing finish (50) + D; the

@@ -74,6 +74,20 @@ def test_handoff_occupies_the_worker_but_is_not_busy_time_or_T():
     assert r.worker_seconds["run"] == pytest.approx(9.5)
 
 
+def test_bundles_share_the_handoff_of_short_visits_only():
+    short = [(0, 0, 0.0, 1.0, 0.05)] * 4
+    alone = replay(trace(short), static(1, handoff_s=0.2))
+    bundled = replay(trace(short), static(1, handoff_s=0.2, max_bundle=8, bundle_target_s=0.25))
+    # 0.05 s visits go 5 to a bundle (0.25 s worth): each pays 0.2 / 5 of hand-off, not 0.2
+    assert alone.batches[0].completion == pytest.approx(1.0 + 4 * 0.25)
+    assert bundled.batches[0].completion == pytest.approx(1.0 + 4 * (0.05 + 0.04))
+    assert bundled.busy_seconds == alone.busy_seconds == {"run": pytest.approx(0.2)}
+    # a long visit goes alone: the full hand-off, bundles or not
+    long = [(0, 0, 0.0, 1.0, 4.0)] * 2
+    one = replay(trace(long), static(1, handoff_s=0.25, max_bundle=8))
+    assert one.batches[0].completion == pytest.approx(9.5)
+
+
 def test_cold_start_delays_work_when_not_hidden():
     # hint at 0, request at 1, workers usable at 5 → it finishes at 7 instead of 3
     r = replay(trace([(0, 0, 0.0, 1.0, 2.0)]), static(1, cold_start_s=5.0))

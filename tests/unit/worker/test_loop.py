@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
+from distrs.core.bundles import bundle_size
 from distrs.core.model import Status
 from distrs.core.pipeline_config import load_pipelines
 from distrs.rewards.base import StageInput, StageOutput
@@ -20,6 +23,11 @@ class FakeProxy:
         self.fail_complete: list[Exception] = []
         self.released: list[tuple[str, str]] = []
         self.on_lease: Any = None  # called while the long-poll "waits"
+        self.bundle_calls: list[int] = []  # max_items of each bundle lease call
+        self.bundle_heartbeats: list[list[str]] = []
+        self.refuse_heartbeat: set[str] = set()
+        self.refuse_complete: set[str] = set()
+        self.bundle_completions: list[list[dict[str, Any]]] = []
 
     def lease(self, stage: str, worker_id: str, wait_s: float) -> dict[str, Any] | None:
         if self.on_lease is not None:
@@ -37,6 +45,26 @@ class FakeProxy:
             raise self.fail_complete.pop(0)
         self.completed.append((lease_id, body))
         return {}
+
+    def lease_bundle(self, stage: str, worker_id: str, wait_s: float, max_items: int) -> list[dict[str, Any]]:
+        if self.on_lease is not None:
+            self.on_lease()
+        self.bundle_calls.append(max_items)
+        got, self.leases = self.leases[:max_items], self.leases[max_items:]
+        return got
+
+    def heartbeat_bundle(self, lease_ids: list[str], worker_id: str) -> set[str]:
+        self.bundle_heartbeats.append(list(lease_ids))
+        return self.refuse_heartbeat & set(lease_ids)
+
+    def complete_bundle(self, worker_id: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.bundle_completions.append(items)
+        return [
+            {"lease_id": it["lease_id"], "error": {"code": "lease_expired", "message": "expired"}}
+            if it["lease_id"] in self.refuse_complete
+            else {"lease_id": it["lease_id"], "request_id": "r", "next_stage": None, "batch_completed": False}
+            for it in items
+        ]
 
     def close(self) -> None:
         return None
@@ -183,3 +211,124 @@ def test_complete_retries_when_proxy_unavailable_and_gives_up_on_rejection() -> 
     proxy.fail_complete = [LeaseRejected(409, "expired")]
     w.run_once()
     assert w.stats.rejected == 1 and len(proxy.completed) == 1
+
+
+@pytest.mark.parametrize(
+    ("mean_run_s", "target_s", "max_k", "expected"),
+    [
+        (None, 0.25, 32, 1),  # nothing measured yet: one at a time
+        (0.001, 0.25, 32, 32),  # a math check: capped at max_k
+        (0.05, 0.25, 32, 5),  # a python test: about target_s worth
+        (0.3, 0.25, 32, 1),  # longer than the target: one
+        (60.0, 0.25, 32, 1),  # a long run: one
+        (0.0, 0.25, 8, 8),
+        (0.001, 0.25, 1, 1),  # bundles off
+    ],
+)
+def test_bundle_size(mean_run_s: float | None, target_s: float, max_k: int, expected: int) -> None:
+    assert bundle_size(mean_run_s, target_s, max_k) == expected
+
+
+def test_short_runs_switch_to_bundles_completed_in_one_call_per_request() -> None:
+    proxy = FakeProxy([lease(i) for i in range(1, 7)])
+    proxy.refuse_complete = {"L4"}
+    w = make(proxy, Handler(StageOutput.final(Status.OK, 1.0)), max_bundle=4)
+    assert w.run_once() and [lid for lid, _ in proxy.completed] == ["L1"]  # unknown run time: k = 1
+    assert w.mean_run_s is not None and w.mean_run_s < 0.0625  # fast: k reaches max_bundle
+    assert w.run_once()
+    assert proxy.bundle_calls == [4]
+    ((items),) = proxy.bundle_completions
+    assert [it["lease_id"] for it in items] == ["L2", "L3", "L4", "L5"]
+    assert all(it["outcome"] == "final" and it["result"]["status"] == "ok" for it in items)
+    assert (w.stats.completed, w.stats.rejected) == (4, 1)  # L4 refused alone, the rest landed
+    assert w.run_once() and proxy.bundle_calls == [4, 4]
+    assert [it["lease_id"] for it in proxy.bundle_completions[1]] == ["L6"]
+    assert not w.run_once()
+
+
+def test_bundle_heartbeats_together_and_skips_a_lease_it_lost() -> None:
+    gate = threading.Event()
+    proxy = FakeProxy([lease(1), lease(2), lease(3), lease(4)])
+    proxy.refuse_heartbeat = {"L4"}  # expired and requeued while L2 ran: someone else has it
+    h = Handler(StageOutput.final(Status.OK, 1.0))
+    w = make(proxy, h, max_bundle=4, heartbeat_s=0.02)
+    w.run_once()
+    h.gate = gate
+    t = threading.Thread(target=w.run_once)
+    t.start()
+    _wait_until(lambda: len(proxy.bundle_heartbeats) >= 2)
+    gate.set()
+    t.join(5)
+    assert proxy.bundle_heartbeats[0] == ["L2", "L3", "L4"]
+    assert all("L4" not in ids for ids in proxy.bundle_heartbeats[1:])
+    assert [inp.request_id for inp in h.seen] == ["r1", "r2", "r3"]  # r4 never ran here
+    assert [it["lease_id"] for it in proxy.bundle_completions[0]] == ["L2", "L3"]
+
+
+def test_bundle_handed_out_while_draining_is_given_back() -> None:
+    proxy = FakeProxy([lease(1), lease(2), lease(3)])
+    h = Handler(StageOutput.final(Status.OK, 1.0))
+    w = make(proxy, h, max_bundle=4)
+    w.run_once()
+    proxy.on_lease = w.request_drain
+    assert not w.run_once()
+    assert proxy.released == [("L2", "w1"), ("L3", "w1")] and len(h.seen) == 1
+
+
+def test_drain_mid_bundle_gives_the_unstarted_items_back() -> None:
+    proxy = FakeProxy([lease(i) for i in range(1, 6)])
+    h = Handler(StageOutput.final(Status.OK, 1.0))
+    w = make(proxy, h, max_bundle=4)
+    w.run_once()
+    h.run = _draining_after_one(h.run, w)  # type: ignore[method-assign]
+    assert w.run_once()
+    assert [it["lease_id"] for it in proxy.bundle_completions[0]] == ["L2"]
+    assert proxy.released == [("L3", "w1"), ("L4", "w1"), ("L5", "w1")]
+
+
+def test_slow_item_reports_what_is_done_without_waiting_for_the_rest() -> None:
+    proxy = FakeProxy([lease(i) for i in range(1, 5)])
+    t = [0.0]
+    h = Handler(StageOutput.final(Status.OK, 1.0))
+    w = make(proxy, h, max_bundle=4, clock=lambda: t[0])
+    orig = h.run
+
+    def timed(inp: StageInput) -> StageOutput:
+        t[0] += 5.0 if inp.request_id == "r3" else 0.01  # r3 is slow
+        return orig(inp)
+
+    h.run = timed  # type: ignore[method-assign]
+    w.run_once()
+    w.mean_run_s = 0.01
+    assert w.run_once()
+    assert [[it["lease_id"] for it in c] for c in proxy.bundle_completions] == [["L2", "L3"], ["L4"]]
+
+
+def test_proxy_without_bundles_falls_back_to_one_lease_per_call() -> None:
+    proxy = FakeProxy([lease(1), lease(2)])
+    w = make(proxy, Handler(StageOutput.final(Status.OK, 1.0)), max_bundle=4)
+    w.run_once()
+
+    def no_route(*_: Any) -> list[dict[str, Any]]:
+        raise LeaseRejected(404, "not found")
+
+    proxy.lease_bundle = no_route  # type: ignore[method-assign]
+    assert not w.run_once() and w.max_bundle == 1
+    assert w.run_once() and [lid for lid, _ in proxy.completed] == ["L1", "L2"]
+
+
+def _draining_after_one(run: Any, w: Worker) -> Any:
+    def wrapped(inp: StageInput) -> StageOutput:
+        w.request_drain()
+        return run(inp)  # type: ignore[no-any-return]
+
+    return wrapped
+
+
+def _wait_until(cond: Any, timeout_s: float = 5.0) -> None:
+    done = threading.Event()
+    for _ in range(int(timeout_s / 0.01)):
+        if cond():
+            return
+        done.wait(0.01)
+    raise AssertionError("condition not met")

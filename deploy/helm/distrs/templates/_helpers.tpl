@@ -126,3 +126,48 @@ http://{{ include "distrs.proxyName" . }}.{{ .Release.Namespace }}.svc:{{ .Value
 {{- $merged := mergeOverwrite (deepCopy .ctx.Values.workers.defaults) (deepCopy .stage) }}
 {{- toYaml $merged }}
 {{- end }}
+
+{{/* The seccomp profile file name on the nodes: content-addressed, so a changed profile rolls the workers. */}}
+{{- define "distrs.seccompProfileFile" -}}
+sandbox-{{ .Files.Get "files/seccomp/distrs-sandbox.json" | sha256sum | trunc 12 }}.json
+{{- end }}
+
+{{/* localhostProfile worker pods name in sandbox.mode seccompProfile. */}}
+{{- define "distrs.seccompLocalhostProfile" -}}
+{{- if eq .Values.sandbox.seccompProfile.installer "daemonset" -}}
+distrs/{{ include "distrs.seccompProfileFile" . }}
+{{- else -}}
+{{ required "sandbox.seccompProfile.localhostProfile is required when sandbox.seccompProfile.installer is none" .Values.sandbox.seccompProfile.localhostProfile }}
+{{- end }}
+{{- end }}
+
+{{/* Worker pod securityContext for sandbox.mode. Call with (dict "ctx" $ "stage" $s). */}}
+{{- define "distrs.workerPodSecurity" -}}
+{{- $mode := .ctx.Values.sandbox.mode }}
+{{- $psc := deepCopy .ctx.Values.podSecurityContext }}
+{{- if eq $mode "userNamespace" }}
+{{- /* root of the pod's own user namespace only: it maps to an unprivileged range on the node */}}
+{{- $_ := set $psc "runAsNonRoot" false }}
+{{- $_ := set $psc "runAsUser" 0 }}
+{{- $_ := set $psc "runAsGroup" 0 }}
+{{- $_ := set $psc "seccompProfile" (dict "type" "RuntimeDefault") }}
+{{- else if eq $mode "seccompProfile" }}
+{{- $_ := set $psc "seccompProfile" (dict "type" "Localhost" "localhostProfile" (include "distrs.seccompLocalhostProfile" .ctx)) }}
+{{- else }}
+{{- $_ := set $psc "seccompProfile" (dict "type" "RuntimeDefault") }}
+{{- end }}
+{{- with .stage.seccompProfile }}{{ $_ := set $psc "seccompProfile" . }}{{ end }}
+{{- toYaml $psc }}
+{{- end }}
+
+{{/* Worker container securityContext for sandbox.mode. Call with the root context. */}}
+{{- define "distrs.workerContainerSecurity" -}}
+{{- $csc := deepCopy .Values.containerSecurityContext }}
+{{- if eq .Values.sandbox.mode "userNamespace" }}
+{{- /* namespaced capabilities (hostUsers: false): bwrap builds namespaces and mounts, setpriv
+     drops each run to its own uid, the worker cleans up after runs of other uids */}}
+{{- $_ := set $csc "capabilities" (dict "drop" (list "ALL") "add" (list "CHOWN" "DAC_OVERRIDE" "FOWNER" "KILL" "SETGID" "SETPCAP" "SETUID" "SYS_ADMIN")) }}
+{{- end }}
+{{- with .Values.sandbox.appArmorProfile }}{{ $_ := set $csc "appArmorProfile" . }}{{ end }}
+{{- toYaml $csc }}
+{{- end }}

@@ -1,0 +1,215 @@
+"""Every route under hostile input: malformed JSON, oversize bodies, lone surrogates, bad ids,
+missing/unknown/wrong-role tokens and another tenant's names. Each answer is a 4xx with the
+error body naming the problem, never a 500, and afterwards nothing was queued by the barrage
+while legitimate work still goes through."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.hostile.conftest import Hostile, work
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    role: str  # client allowed to call it
+    body: dict[str, Any] | None = None  # a valid body (None: no body)
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+REQ = {
+    "task": "t1",
+    "batch_id": "b1",
+    "request_id": "r0",
+    "reward_type": "math",
+    "payload": {"completion": "4"},
+}
+ROUTES = [
+    Route("POST", "/v1/batches", "a", {"task": "t1", "batch_id": "b1", "size": 1}),
+    Route("POST", "/v1/requests", "a", REQ),
+    Route("GET", "/v1/requests/t1/r0", "a"),
+    Route("GET", "/v1/batches/t1/b1/results", "a"),
+    Route("GET", "/v1/batches/t1/b1/events", "a"),
+    Route("POST", "/v1/leases", "worker", {"stage": "verify", "worker_id": "w1", "wait_s": 0}),
+    Route("POST", "/v1/leases/L1/heartbeat", "worker", {"worker_id": "w1"}),
+    Route("POST", "/v1/leases/L1/release", "worker", {"worker_id": "w1"}),
+    Route(
+        "POST",
+        "/v1/leases/L1/complete",
+        "worker",
+        {"worker_id": "w1", "outcome": "final", "result": {"status": "ok", "score": 1.0}},
+    ),
+    Route("GET", "/v1/stats", "admin"),
+    Route("POST", "/run_code", "a", {"code": "print(1)", "language": "python"}),
+    Route("POST", "/get_reward", "a", {"query": ["Px"], "prompts": ["P"]}),
+    Route("POST", "/slime/reward", "a", {"response": "x", "label": "1"}),
+]
+BODY_ROUTES = [r for r in ROUTES if r.body is not None]
+COMPAT_HEADERS = {"X-DistRS-Timeout": "0.05"}
+
+
+def check_error(r: httpx.Response, *statuses: int) -> dict[str, Any]:
+    assert r.status_code in statuses, (r.status_code, r.text)
+    err: dict[str, Any] = r.json()["error"]
+    assert err["code"] and err["message"], r.text
+    return err
+
+
+async def call(c: httpx.AsyncClient, route: Route, **kw: Any) -> httpx.Response:
+    headers = {**COMPAT_HEADERS, "Content-Type": "application/json", **kw.pop("headers", {})}
+    return await c.request(route.method, route.path, headers=headers, **kw)
+
+
+@pytest.mark.parametrize("route", BODY_ROUTES, ids=str)
+async def test_malformed_json_is_400(hostile: Hostile, route: Route) -> None:
+    for raw in (b'{"task": ', b"", b"[1, 2", b"\xff\xfe{}", b'{"a": NaN'):
+        r = await call(hostile.by_name(route.role), route, content=raw)
+        err = check_error(r, 400, 422)
+        assert err["code"] in ("malformed_json", "invalid_request", "invalid_string"), err
+
+
+@pytest.mark.parametrize("route", BODY_ROUTES, ids=str)
+async def test_oversize_body_is_413_before_it_is_read(hostile: Hostile, route: Route) -> None:
+    raw = b'{"x": "' + b"a" * (300 * 1024) + b'"}'
+    err = check_error(await call(hostile.by_name(route.role), route, content=raw), 413)
+    assert err["code"] == "body_too_large"
+
+
+@pytest.mark.parametrize("route", BODY_ROUTES, ids=str)
+async def test_lone_surrogate_is_refused(hostile: Hostile, route: Route) -> None:
+    """A lone surrogate in any string of any body: a 4xx, never queued, never a 500."""
+    assert route.body is not None
+    key = next(k for k, v in route.body.items() if isinstance(v, (str, list)))
+    body = dict(route.body)
+    body[key] = ["\ud800"] if isinstance(body[key], list) else "x\ud800"
+    raw = httpx_json(body)
+    err = check_error(await call(hostile.by_name(route.role), route, content=raw), 400, 422)
+    if route.path in ("/v1/batches", "/v1/requests", "/run_code", "/get_reward", "/slime/reward"):
+        assert err["code"] == "invalid_string" and err["details"]["field"].startswith(key), err
+    assert await hostile.store.snapshot(0.0) == type(await hostile.store.snapshot(0.0))(now=0.0)
+
+
+def httpx_json(body: dict[str, Any]) -> bytes:
+    """``body`` as JSON with non-ASCII escaped, so a lone surrogate is written as ``\\ud800``."""
+    import json
+
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=str)
+async def test_missing_unknown_and_wrong_role_tokens(hostile: Hostile, route: Route) -> None:
+    kw = {"json": route.body} if route.body is not None else {}
+    for name in ("anon", "bad"):
+        err = check_error(await call(hostile.by_name(name), route, **kw), 401)
+        assert err["code"] == "unauthorized"
+    wrong = {"a": "worker", "worker": "a", "admin": "a"}[route.role]
+    err = check_error(await call(hostile.by_name(wrong), route, **kw), 403)
+    assert err["code"] == "forbidden"
+    if route.role != "admin":  # the metrics role reads /metrics and nothing else
+        check_error(await call(hostile.metrics, route, **kw), 403)
+
+
+BAD_IDS = ["a b", "a\x01b", "x" * 201, "a%00b", "caf\u00e9", "a:b;c", "~/x", "a\tb"]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+async def test_bad_ids_in_bodies_are_422_naming_the_field(hostile: Hostile, bad: str) -> None:
+    cases = [
+        ("/v1/batches", {"task": bad, "batch_id": "b", "size": 1}, "task"),
+        ("/v1/batches", {"task": "t", "batch_id": bad, "size": 1}, "batch_id"),
+        ("/v1/requests", {**REQ, "request_id": bad}, "request_id"),
+        ("/v1/requests", {"requests": [REQ, {**REQ, "task": bad}]}, "requests.1.task"),
+    ]
+    for path, body, field in cases:
+        err = check_error(await hostile.a.post(path, json=body), 422)
+        assert err["message"].startswith(field), err
+    worker_cases = [
+        ("/v1/leases", {"stage": bad, "worker_id": "w"}, "stage"),
+        ("/v1/leases", {"stage": "verify", "worker_id": bad}, "worker_id"),
+    ]
+    for path, body, field in worker_cases:
+        err = check_error(await hostile.worker.post(path, json=body), 422)
+        assert err["message"].startswith(field), err
+    # a slash is refused outright: TENANT/TASK stays unambiguous
+    err = check_error(
+        await hostile.a.post("/v1/batches", json={"task": "x/y", "batch_id": "b", "size": 1}), 422
+    )
+    assert err["message"].startswith("task")
+
+
+@pytest.mark.parametrize("bad", ["a b", "x" * 201, "caf%C3%A9", "a%01b", "a;b"])
+async def test_bad_ids_in_paths_are_4xx_naming_the_parameter(hostile: Hostile, bad: str) -> None:
+    for path, field in (
+        (f"/v1/requests/{bad}/r0", "task"),
+        (f"/v1/requests/t1/{bad}", "request_id"),
+        (f"/v1/batches/{bad}/b1/results", "task"),
+        (f"/v1/batches/t1/{bad}/results", "batch_id"),
+        (f"/v1/batches/t1/{bad}/events", "batch_id"),
+    ):
+        err = check_error(await hostile.a.get(path), 422)
+        assert err["message"].startswith(f"path.{field}"), err
+    err = check_error(
+        await hostile.a.post(
+            "/get_reward", json={"query": ["Px"], "prompts": ["P"]}, headers={"X-DistRS-Task": bad}
+        ),
+        422,
+    )
+    assert err["details"]["field"] == "X-DistRS-Task"
+
+
+async def test_slash_in_a_path_id_never_reaches_another_name(hostile: Hostile) -> None:
+    await hostile.a.post("/v1/batches", json={"task": "t1", "batch_id": "b1", "size": 1})
+    for path in ("/v1/batches/t1%2Fb1/b1/results", "/v1/batches/tenant-a%2Ft1/b1/results"):
+        check_error(await hostile.b.get(path), 404, 422)
+
+
+async def test_another_tenants_names_are_unknown(hostile: Hostile) -> None:
+    r = await hostile.a.post("/v1/batches", json={"task": "t1", "batch_id": "b1", "size": 2})
+    assert r.status_code == 201
+    assert (await hostile.a.post("/v1/requests", json=REQ)).status_code == 202
+    for path in ("/v1/requests/t1/r0", "/v1/batches/t1/b1/results", "/v1/batches/t1/b1/events"):
+        err = check_error(await hostile.b.get(path), 404)
+        assert "tenant-a" not in err["message"]
+    # B submitting into "t1/b1" only ever reaches its own (unregistered) batch
+    check_error(await hostile.b.post("/v1/requests", json={**REQ, "request_id": "evil"}), 404)
+    # nor may B name tenant-a explicitly
+    err = check_error(await hostile.b.get("/v1/requests/t1/r0", params={"tenant": "tenant-a"}), 403)
+    assert err["details"]["field"] == "tenant"
+    # A's request is untouched and still A's only
+    r = await hostile.a.get("/v1/requests/t1/r0")
+    assert r.status_code == 200 and r.json()["state"] == "queued" and r.json()["task"] == "t1"
+    snap = await hostile.store.snapshot(0.0)
+    assert [(b.batch.tenant, b.batch.task, b.batch.submitted) for b in snap.batches] == [
+        ("tenant-a", "tenant-a/t1", 1)
+    ]
+
+
+async def test_after_the_barrage_legitimate_work_completes(hostile: Hostile) -> None:
+    for route in BODY_ROUTES:
+        await call(hostile.by_name(route.role), route, content=b'{"oops"')
+        await call(hostile.by_name(route.role), route, content=b'{"a": "\\udfff"}')
+    stop = asyncio.Event()
+    worker = asyncio.create_task(work(hostile.worker, ["verify"], stop))
+    try:
+        r = await hostile.a.post(
+            "/get_reward",
+            json={
+                "query": ["Q: the answer is 42", "Q: it is 41"],
+                "prompts": ["Q:", "Q:"],
+                "labels": ["42", "42"],
+            },
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["rewards"] == [1.0, 0.0]
+    finally:
+        stop.set()
+        assert await worker == 2

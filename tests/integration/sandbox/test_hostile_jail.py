@@ -1,0 +1,157 @@
+"""The red team's list against the real jail: namespaces, mounts, disk, inodes, memory, uid, secrets.
+
+Every program here is what a hostile completion could submit; each test checks the attack fails
+*and* that the handler keeps judging correctly afterwards (the ``handler`` fixture).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from distrs.core.model import Status
+from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.python_reward import PythonRunHandler
+from distrs.sandbox import Limits, privileges
+from distrs.sandbox.local import LocalSandbox
+from tests.integration.sandbox.conftest import UID_BASE, UID_COUNT, assert_no_survivors
+
+SETTINGS = JudgeSettings(test_time_s=10.0, memory_mb=512)
+
+
+def run_py(h: PythonRunHandler, code: str, stdin: str = "", **extra: Any) -> StageOutput:
+    src = textwrap.dedent(code).strip() + "\n"
+    payload = {"code": src, "tests": [{"stdin": stdin, "expected_stdout": "ok"}], **extra}
+    return h.run(StageInput("r", "t", "python", "run", payload, timeout_s=40))
+
+
+@pytest.fixture
+def handler(bwrap_sandbox: LocalSandbox) -> Iterator[PythonRunHandler]:
+    h = PythonRunHandler(bwrap_sandbox, SETTINGS)
+    yield h
+    out = run_py(h, "print('ok')")
+    assert out.status is Status.OK and out.score == 1.0, out.detail
+    assert_no_survivors()
+
+
+def test_user_namespaces_and_mount_are_refused(handler: PythonRunHandler) -> None:
+    out = run_py(
+        handler,
+        """
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+        results = []
+        results.append(libc.unshare(CLONE_NEWUSER) == -1)
+        results.append(libc.unshare(CLONE_NEWNS) == -1)
+        os.makedirs("m", exist_ok=True)
+        results.append(libc.mount(b"none", b"m", b"tmpfs", 0, None) == -1)
+        print("ok" if all(results) else f"escaped {results}")
+        """,
+    )
+    assert out.status is Status.OK, out.detail
+
+
+def test_disk_fill_stops_at_the_session_quota(handler: PythonRunHandler) -> None:
+    out = run_py(
+        handler,
+        """
+        import os
+        written = 0
+        try:
+            with open("fill", "wb") as f:
+                for _ in range(1024):
+                    f.write(b"x" * (1 << 20))
+                    written += 1 << 20
+        except OSError as e:
+            pass
+        for d in ("/tmp", "."):
+            try:
+                with open(os.path.join(d, "more"), "wb") as f:
+                    f.write(b"y" * (64 << 20))
+            except OSError:
+                pass
+        print("ok" if written < (300 << 20) else f"wrote {written}")
+        """,
+        time_limit_s=10,
+    )
+    assert out.status is Status.OK, out.detail
+
+
+def test_hundred_thousand_files_stop_at_the_inode_limit(handler: PythonRunHandler) -> None:
+    out = run_py(
+        handler,
+        """
+        made = 0
+        try:
+            for i in range(100_000):
+                open(f"/tmp/f{i}", "w").close()
+                made += 1
+        except OSError:
+            pass
+        print("ok" if made < 20_000 else f"made {made}")
+        """,
+    )
+    assert out.status is Status.OK, out.detail
+
+
+def test_the_program_never_has_the_workers_uid(
+    handler: PythonRunHandler, bwrap_sandbox: LocalSandbox
+) -> None:
+    out = run_py(handler, "import os; print(os.getuid(), os.geteuid(), os.getgid())")
+    got = out.detail["tests"][0]["stdout"].split()
+    uid = int(got[0])
+    assert uid != os.getuid()
+    if bwrap_sandbox.mode == privileges.POOL:  # its own uid from the pool on the host itself
+        assert UID_BASE <= uid < UID_BASE + UID_COUNT
+        assert got[0] == got[1] == got[2]
+
+
+def test_localhost_resolves_to_the_jails_own_loopback(handler: PythonRunHandler) -> None:
+    out = run_py(
+        handler,
+        """
+        import socket
+        addr = socket.gethostbyname("localhost")
+        srv = socket.socket()
+        srv.bind(("localhost", 0))
+        srv.listen(1)
+        c = socket.create_connection(("localhost", srv.getsockname()[1]), timeout=2)
+        conn, _ = srv.accept()
+        c.sendall(b"ok")
+        print(conn.recv(2).decode() if addr == "127.0.0.1" else addr)
+        """,
+    )
+    assert out.status is Status.OK, out.detail
+
+
+def test_memory_hog_across_processes_is_memory_limit_exceeded(bwrap_sandbox: LocalSandbox) -> None:
+    if bwrap_sandbox.cgroups is None:
+        pytest.skip("this worker may not create cgroups here: rlimits alone apply")
+    # four processes of 150 MiB each stay under RLIMIT_AS (256 MiB) but exceed the cgroup
+    code = textwrap.dedent(
+        """
+        import os, time
+        for _ in range(4):
+            if os.fork() == 0:
+                b = bytearray(150 << 20)
+                for i in range(0, len(b), 4096):
+                    b[i] = 1
+                time.sleep(5)
+                os._exit(0)
+        for _ in range(4):
+            os.wait()
+        print("survived")
+        """
+    )
+    with bwrap_sandbox.session() as s:
+        s.write_file("hog.py", code.encode())
+        exe = os.path.realpath("/usr/bin/python3")
+        r = s.run([exe, "hog.py"], limits=Limits(wall_s=20, memory_bytes=256 << 20))
+    assert r.oom_killed and r.memory_exceeded, (r.describe(), r.stdout, r.stderr[-300:])
+    assert_no_survivors()
