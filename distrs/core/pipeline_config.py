@@ -13,7 +13,8 @@ The file format (documented in docs/configuration.md)::
 A reward type with ``plugin`` is scored by that function (``module:function``) in a sandboxed
 child at its one stage (``distrs.rewards.plugin``). Reward types installed as entry points of
 group ``distrs.rewards`` that the file and defaults do not name are added with stages
-``[verify]``, so installing a plugin package is enough to serve it.
+``[verify]``, so installing a plugin package is enough to serve it; so is every language of
+``languages.yaml`` without a built-in type, with stages ``[run]``.
 
 Stages and types given in a file are merged over the defaults, so a file only names what it
 changes. Validation uses pydantic so a bad file gets an error naming the field.
@@ -34,6 +35,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from distrs.core.languages import LANGUAGE_STAGE, generic_languages
 from distrs.core.stages import PipelineTable, ResourceClass, RewardType, StageSpec, WorkerResources
 
 
@@ -138,6 +140,9 @@ def table_from_mapping(data: dict[str, Any]) -> PipelineTable:
     if PLUGIN_STAGE in stages:
         for name in installed_plugin_types():
             types.setdefault(name, RewardType(name=name, stages=(PLUGIN_STAGE,)))
+    if LANGUAGE_STAGE in stages:  # every language of languages.yaml is a reward type
+        for name in generic_languages():
+            types.setdefault(name, RewardType(name=name, stages=(LANGUAGE_STAGE,)))
     return PipelineTable(stages=stages, reward_types=types)
 
 

@@ -66,17 +66,24 @@ async def run_compressed(
             "scale_down_margin_s": 15.0 / speedup,
             **planner_overrides,
         }
-        async with serve(
-            port=0,
-            insecure=True,
-            pipelines_file=str(cfg),
-            max_workers=max_workers,
-            planner_overrides=overrides,
-        ) as running:
-            console.print(f"[bold]DistRS up at {running.url}[/] — replaying {trace.name} at {speedup:g}x")
-            _, reports, _ = await replay_async(running.url, trace, speedup, console=console)
-            allocated = dict(running.planner.allocated_s)
-            console.print("draining workers and stopping...")
+        starting = console.status("starting the proxy, planner and workers...")
+        starting.start()
+        try:
+            async with serve(
+                port=0,
+                insecure=True,
+                pipelines_file=str(cfg),
+                max_workers=max_workers,
+                planner_overrides=overrides,
+            ) as running:
+                starting.stop()
+                console.print(f"[bold]DistRS up at {running.url}[/] — replaying {trace.name} at {speedup:g}x")
+                _, reports, _ = await replay_async(running.url, trace, speedup, console=console)
+                allocated = dict(running.planner.allocated_s)
+                starting = console.status("draining workers and stopping...")
+                starting.start()
+        finally:
+            starting.stop()
     return CompressedRun(running.url, reports, allocated, [s["name"] for s in meta["stages"]])
 
 

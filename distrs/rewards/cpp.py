@@ -39,11 +39,12 @@ class RunHandler(JudgedHandler):
         if isinstance(binary, StageOutput):
             return binary
         sandbox = self.sandbox
+        check = self.special_judge(inp, p)
         limits = case_limits(p, self._settings, Limits())
         with sandbox.session() as s:
             write_inputs(s, p)
             s.write_file(BINARY, binary, executable=True)
-            v = run_tests(s, ["./" + BINARY], p, limits, stage_budget(inp))
+            v = run_tests(s, ["./" + BINARY], p, limits, stage_budget(inp), check=check)
             files = fetch_outputs(s, p)
         return verdict_output(v, p, sandbox.isolation, files)
 

@@ -104,6 +104,7 @@ class InvalidPayload(ValueError):
 class Case:
     stdin: str
     expected_stdout: str
+    check_output: bool = True  # False: the case passes when the program exits 0 (assert tests)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,8 @@ class JudgedPayload:
     files: tuple[tuple[str, bytes], ...] = ()
     fetch_files: tuple[str, ...] = ()
     compile_time_limit_s: float | None = None  # lowers the compile limit (SandboxFusion compile_timeout)
+    fn_name: str | None = None  # call-based tests (python): stdin = JSON args, stdout = JSON result
+    asserts: bool = False  # assert tests: each case's stdin is test code run after the solution
 
 
 def _num(payload: dict[str, Any], name: str, *, positive: bool = True) -> float | None:
@@ -193,6 +196,13 @@ def parse_payload(payload: Any, settings: JudgeSettings, *, need_tests: bool = T
     if "\x00" in code:
         raise InvalidPayload("code", "must not contain NUL bytes")
     raw_tests = payload.get("tests")
+    raw_asserts = payload.get("asserts")
+    if raw_asserts is not None:
+        if raw_tests is not None:
+            raise InvalidPayload("asserts", "give either tests or asserts, not both")
+        if not isinstance(raw_asserts, list) or not all(isinstance(a, str) for a in raw_asserts):
+            raise InvalidPayload("asserts", "must be a list of strings (test code, e.g. 'assert f(1) == 2')")
+        raw_tests = [{"stdin": a, "expected_stdout": ""} for a in raw_asserts]
     if raw_tests is None and not need_tests:
         raw_tests = []
     if not isinstance(raw_tests, list):
@@ -211,13 +221,15 @@ def parse_payload(payload: Any, settings: JudgeSettings, *, need_tests: bool = T
             raise InvalidPayload(f"tests[{i}].stdin", "must be a string")
         if not isinstance(expected, str):
             raise InvalidPayload(f"tests[{i}].expected_stdout", "must be a string")
-        tests.append(Case(stdin, expected))
+        tests.append(Case(stdin, expected, check_output=raw_asserts is None))
+    fn_name = payload.get("fn_name")
+    if fn_name is not None and (not isinstance(fn_name, str) or not fn_name.isidentifier()):
+        raise InvalidPayload("fn_name", f"must be a function name, got {fn_name!r}")
     try:
-        compare = Compare(payload.get("compare") or Compare.TOKENS)
+        compare = Compare(payload.get("compare") or (Compare.JSON if fn_name else Compare.TOKENS))
     except ValueError:
-        raise InvalidPayload(
-            "compare", f"must be one of exact, tokens, float; got {payload.get('compare')!r}"
-        ) from None
+        known = ", ".join(c.value for c in Compare)
+        raise InvalidPayload("compare", f"must be one of {known}; got {payload.get('compare')!r}") from None
     scoring = payload.get("scoring") or "fraction"
     if scoring not in ("fraction", "all"):
         raise InvalidPayload("scoring", f"must be 'fraction' or 'all', got {scoring!r}")
@@ -241,6 +253,8 @@ def parse_payload(payload: Any, settings: JudgeSettings, *, need_tests: bool = T
         files=_files(payload),
         fetch_files=_fetch_files(payload),
         compile_time_limit_s=_num(payload, "compile_time_limit_s"),
+        fn_name=fn_name,
+        asserts=raw_asserts is not None,
     )
 
 
@@ -284,7 +298,7 @@ def judge_case(r: RunResult, case: Case, p: JudgedPayload) -> CaseResult:
             Status.RUNTIME_ERROR, r.wall_s, {"reason": r.describe(), "stderr": snippet(r.stderr)}
         )
     got = r.stdout.decode("utf-8", errors="replace")
-    if outputs_match(got, case.expected_stdout, p.compare, p.float_tol):
+    if not case.check_output or outputs_match(got, case.expected_stdout, p.compare, p.float_tol):
         return CaseResult(Status.OK, r.wall_s)
     return CaseResult(
         Status.WRONG_ANSWER,
@@ -316,8 +330,10 @@ def run_tests(
     env: dict[str, str] | None = None,
     mounts: Mounts | None = None,
     clock: Callable[[], float] = time.monotonic,
+    check: Callable[[RunResult, Case], CaseResult] | None = None,
 ) -> Verdict:
-    """Run ``argv`` once per test case within ``budget_s`` seconds in total."""
+    """Run ``argv`` once per test case within ``budget_s`` seconds in total; ``check`` (a special
+    judge, ``checker.py``) decides the cases whose program exited 0 instead of the comparison."""
     deadline = clock() + budget_s
     cases: list[CaseResult] = []
     first_run: RunResult | None = None
@@ -335,7 +351,7 @@ def run_tests(
         )
         if first_run is None:
             first_run = r
-        res = judge_case(r, case, p)
+        res = check(r, case) if check is not None and r.ok else judge_case(r, case, p)
         cases.append(res)
         if res.status is not Status.OK and p.scoring == "all":
             break

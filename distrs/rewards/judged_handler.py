@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import ClassVar
 
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.checker import parse_checker, prepare_checker
 from distrs.rewards.compile_cache import CompileCache, cache_key
+from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import (
+    CaseResult,
     InvalidPayload,
     JudgedPayload,
     JudgeSettings,
@@ -38,6 +42,7 @@ from distrs.sandbox import Sandbox
 from distrs.sandbox import readiness as sandbox_readiness
 
 BINARY = "prog"
+CheckFn = Callable[..., CaseResult]
 BINARY_ARTIFACT = "binary"
 
 
@@ -60,9 +65,18 @@ class JudgedHandler(ABC):
     def run(self, inp: StageInput) -> StageOutput:
         try:
             p = parse_payload(inp.payload, self._settings)
+            return self.judge(inp, p)
         except InvalidPayload as e:
             return e.output()
-        return self.judge(inp, p)
+
+    def special_judge(self, inp: StageInput, p: JudgedPayload) -> CheckFn | None:
+        """The payload's checker, prepared (compiled) for this request; None without one."""
+        spec = parse_checker(inp.payload)
+        if spec is None:
+            return None
+        return prepare_checker(
+            self.sandbox, spec, p, self._settings, interpreter(self._settings.python)
+        ).check
 
     @abstractmethod
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:

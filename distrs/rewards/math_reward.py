@@ -37,8 +37,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.boxed import BoxChoice, chosen_answers
+from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
-from distrs.rewards.python_reward import interpreter
 from distrs.sandbox import Limits, Sandbox, SandboxError
 from distrs.sandbox import readiness as sandbox_readiness
 

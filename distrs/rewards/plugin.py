@@ -31,8 +31,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
-from distrs.rewards.python_reward import interpreter
 from distrs.sandbox import Limits, Mounts, Sandbox
 
 CHILD_SOURCE = Path(__file__).with_name("plugin_child.py")

@@ -1,5 +1,10 @@
 """The ``python`` reward type: one ``run`` stage executing the code once per test case.
 
+Besides stdin/stdout tests it judges call-based tests (``fn_name``: each case's stdin holds the
+JSON arguments, one per line, and its expected output the JSON return value, LeetCode style) and
+assert tests (``asserts``: a list of test snippets, each run after the solution in its namespace;
+a case passes when it exits 0), both through ``python_harness.py``.
+
 The interpreter is ``DISTRS_JUDGE_PYTHON`` or, by default, the worker's own (so programs may use
 the numeric libraries the image ships); its prefixes are bound read-only into the jail. It runs
 with ``-I`` (isolated: no PYTHON* variables, no user site, script dir not on ``sys.path``) and
@@ -8,15 +13,13 @@ with ``-I`` (isolated: no PYTHON* variables, no user site, script dir not on ``s
 
 from __future__ import annotations
 
-import functools
-import json
-import os
 import re
 import subprocess
-import sys
+from pathlib import Path
 
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import (
     JudgedPayload,
     Verdict,
@@ -28,9 +31,11 @@ from distrs.rewards.judge import (
     write_inputs,
 )
 from distrs.rewards.judged_handler import JudgedHandler
-from distrs.sandbox import Limits, Mounts
+from distrs.sandbox import Limits
 
 SOURCE = "main.py"
+HARNESS = "harness.py"
+HARNESS_SOURCE = Path(__file__).with_name("python_harness.py")
 # Python reports a source that does not compile before running anything, without a traceback
 # header: '  File "main.py", line N' ... 'SyntaxError: ...'. Errors raised later (exec, import of a
 # broken module) come with "Traceback (most recent call last):" and stay runtime errors.
@@ -47,26 +52,6 @@ def compile_error_of(v: Verdict) -> str | None:
     return None
 
 
-@functools.cache
-def interpreter(python: str = "") -> tuple[str, Mounts]:
-    """The interpreter path and the host directories it needs inside the jail.
-
-    Asks the (trusted) interpreter itself, once, for ``sys.prefix`` and ``sys.base_prefix``;
-    directories under ``/usr`` are in every jail already.
-    """
-    exe = python or sys.executable
-    out = subprocess.run(
-        [exe, "-I", "-c", "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix]))"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
-    prefixes = {os.path.realpath(p) for p in json.loads(out)} | set(json.loads(out))
-    ro = tuple(sorted(p for p in prefixes if not p.startswith("/usr/")))
-    return exe, Mounts(ro_paths=ro)
-
-
 class PythonRunHandler(JudgedHandler):
     def ready(self) -> tuple[bool, str]:
         try:
@@ -79,10 +64,16 @@ class PythonRunHandler(JudgedHandler):
         exe, mounts = interpreter(self._settings.python)
         sandbox = self.sandbox
         limits = case_limits(p, self._settings, Limits())
+        check = self.special_judge(inp, p)
+        argv = [exe, "-I", "-B", SOURCE]
+        if p.fn_name or p.asserts:  # call-based / assert tests: our harness runs the solution
+            argv = [exe, "-I", "-B", HARNESS, *(["call", p.fn_name] if p.fn_name else ["assert"])]
         with sandbox.session() as s:
             write_inputs(s, p)
             s.write_file(SOURCE, p.code.encode())
-            v = run_tests(s, [exe, "-I", "-B", SOURCE], p, limits, stage_budget(inp), mounts=mounts)
+            if p.fn_name or p.asserts:
+                s.write_file(HARNESS, HARNESS_SOURCE.read_bytes())
+            v = run_tests(s, argv, p, limits, stage_budget(inp), mounts=mounts, check=check)
             files = fetch_outputs(s, p)
         message = compile_error_of(v) if p.mode == "judge" else None
         if message is not None:

@@ -9,6 +9,10 @@ Every reward type is an entry point of group ``distrs.rewards`` (its name is the
   imported by the worker: :class:`distrs.rewards.plugin.PluginHandler` runs it in a sandboxed
   child at stage ``verify``, with the stage deadline.
 
+Every language of ``distrs/core/languages.yaml`` without a built-in type is served at stage
+``run`` by :class:`distrs.rewards.language_handler.LanguageRunHandler` where its runtime is
+installed.
+
 A reward type whose pipelines YAML entry names ``plugin: "module:function"`` is served by the
 same :class:`PluginHandler` at its one stage. Tests and embedders may also add a factory
 in-process with :func:`register`.
@@ -24,6 +28,7 @@ import logging
 from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 
+from distrs.core.languages import LANGUAGE_STAGE
 from distrs.core.pipeline_config import (
     ENTRY_POINT_GROUP,
     HANDLERS_ATTR,
@@ -32,6 +37,7 @@ from distrs.core.pipeline_config import (
     declared_plugins,
 )
 from distrs.rewards.base import HandlerFactory, StageHandler
+from distrs.rewards.language_handler import language_handlers
 from distrs.rewards.plugin import PluginHandler
 
 log = logging.getLogger(__name__)
@@ -77,7 +83,10 @@ def _installed() -> dict[tuple[str, str], HandlerFactory]:
 
 def registered() -> dict[tuple[str, str], HandlerFactory]:
     """Every (reward type, stage) this process can serve and its handler factory."""
-    out = dict(_installed())
+    out: dict[tuple[str, str], HandlerFactory] = {
+        (name, LANGUAGE_STAGE): factory for name, factory in language_handlers().items()
+    }
+    out.update(_installed())
     for name, (path, stage) in declared_plugins().items():
         out[(name, stage)] = functools.partial(PluginHandler, path)
     out.update(_EXTRA)

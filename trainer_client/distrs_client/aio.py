@@ -83,6 +83,9 @@ class _Batch:
     # The service lost the batch and we re-registered it: its own count may never reach ``size``
     # (results it had finished before the loss were already delivered), so poll briefly.
     degraded: bool = False
+    # A request was rejected: the service will never count the batch complete, so poll briefly
+    # for the others' results rather than wait out a long poll.
+    short_poll: bool = False
 
     @property
     def path(self) -> str:
@@ -259,7 +262,7 @@ class AsyncRewardClient:
                 except STATE_LOSS_ERRORS:
                     await self._sleep(self._retry.max_delay_s)
                     continue
-            wait = min(self._poll_wait_s, 1.0) if b.degraded else self._poll_wait_s
+            wait = min(self._poll_wait_s, 1.0) if b.degraded or b.short_poll else self._poll_wait_s
             if deadline is not None:
                 wait = max(0.0, min(wait, deadline - now))
             started = time.monotonic()
@@ -519,6 +522,7 @@ class AsyncRewardClient:
 
     def _reject(self, b: _Batch, request_id: str, exc: APIError) -> None:
         b.pending.pop(request_id, None)
+        b.short_poll = True
         err = {"code": exc.code, "message": exc.message, "details": exc.details, "http_status": exc.status}
         b.results[request_id] = RewardResult(request_id, "invalid", 0.0, {"error": err})
 

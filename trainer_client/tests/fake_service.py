@@ -23,15 +23,18 @@ class FakeService:
     requests: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     order: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     calls: list[tuple[str, str, Any]] = field(default_factory=list)
+    params: list[tuple[str, str, Any]] = field(default_factory=list)
     # Each fault is consulted in turn; returning a Response (or raising) short-circuits the call.
     faults: list[Fault] = field(default_factory=list)
     runs: dict[str, int] = field(default_factory=dict)  # request_id -> times "executed"
     reverse_results: bool = False
     hold: bool = False  # when True nothing finishes
 
-    async def request(self, method: str, path: str, *, body: Any = None, **_options: Any) -> Response:
-        """Answer from the in-memory state; query parameters and timeouts play no part here."""
+    async def request(self, method: str, path: str, *, body: Any = None, **options: Any) -> Response:
+        """Answer from the in-memory state; query parameters (recorded in ``params``) and
+        timeouts play no part here."""
         self.calls.append((method, path, body))
+        self.params.append((method, path, options.get("params")))
         while self.faults:
             fault = self.faults.pop(0)
             resp = fault(method, path, body)

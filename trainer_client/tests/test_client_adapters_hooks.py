@@ -166,3 +166,13 @@ def test_shared_async_client_is_per_event_loop() -> None:
     first = asyncio.run(get())
     second = asyncio.run(get())  # a new loop (possibly the same id) gets its own client
     assert first is not second
+
+
+def test_call_based_ground_truth_carries_fn_name() -> None:
+    from distrs_client.adapters.common import payload_for
+
+    gt = {"inputs": ["[1]\n2"], "outputs": ["3"], "fn_name": "add"}
+    p = payload_for("python", "```python\ndef add(a, b): return a[0] + b\n```", gt, None)
+    assert p["fn_name"] == "add" and p["tests"] == [{"stdin": "[1]\n2", "expected_stdout": "3"}]
+    assert "fn_name" not in payload_for("cpp", "```cpp\nint main(){}\n```", gt, None)
+    assert "fn_name" not in payload_for("python", "x", {"inputs": ["1"], "outputs": ["1"]}, None)

@@ -173,6 +173,9 @@ async def test_a_rejected_request_is_isolated_and_does_not_poison_its_bulk() -> 
     assert [r.status for r in res] == ["ok"] * 5 + ["invalid"] + ["ok"] * 2
     assert res[5].detail["error"]["code"] == "invalid_request"
     assert sorted(fake.runs) == sorted(f"r{i}" for i in range(8) if i != 5)
+    # the service can never count this batch complete: the client polls briefly, not 20 s
+    waits = [q["wait_s"] for m, p, q in fake.params if m == "GET" and p.endswith("/results") and q]
+    assert waits and max(waits) <= 1.0
     await client.aclose()
 
 

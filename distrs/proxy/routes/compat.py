@@ -1,9 +1,14 @@
 """Drop-in endpoints for trainers that already speak another reward protocol.
 
 * SandboxFusion ``POST /run_code`` - what verl's sandbox integration calls per test case: run one
-  program (``python``, ``cpp``; ``cuda`` where the service has GPU workers) on ``stdin`` and return
-  SandboxFusion's response shape (``status`` Success|Failed|SandboxError, ``compile_result``,
-  ``run_result`` with ``status`` Finished|Error|TimeLimitExceeded).
+  program (any language of ``distrs/core/languages.yaml``, by its name or SandboxFusion's;
+  ``cuda`` where the service has GPU workers) on ``stdin`` with ``files``/``fetch_files`` and
+  ``memory_limit_MB``, and return SandboxFusion's response with its status and message rules
+  (``status`` Success|Failed|SandboxError, ``compile_result``, ``run_result`` with ``status``
+  Finished|Error|TimeLimitExceeded, ``files``); output is kept up to SandboxFusion's 1 MiB per
+  stream and any cut is said in ``message``. The wait ends before verl's own request timeout
+  (``compile_timeout + run_timeout + 10`` s) and the batch id is derived from the request, so
+  verl's retry of a 504 reattaches to the first attempt's run.
 * OpenRLHF ``POST /get_reward`` - the remote reward model protocol: ``{"query", "prompts",
   "labels"}`` in, ``{"rewards", "scores", "extra_logs"}`` out, scored with one reward type
   (``math`` unless the ``X-DistRS-Reward-Type`` header says otherwise). Only the response is
@@ -13,7 +18,7 @@
   batch id derived from its content, so the client's retry of a timed-out call waits on the
   same batch instead of running it again.
 
-Both go through exactly the pipelines ``/v1/requests`` uses: the call registers a batch, submits
+All go through exactly the pipelines ``/v1/requests`` uses: the call registers a batch, submits
 its requests to the store (so EBF queues, the planner and history all see them) and waits for the
 batch's results. Bodies are read like every other route's (``proxy/body.py``: orjson, lone
 surrogates refused naming the field) and held to the same limits: ``/get_reward`` rows count
@@ -27,11 +32,10 @@ Neither framework's client sends credentials, so besides ``Authorization: Bearer
 accept the trainer token as a ``?token=`` query parameter (it is part of the URL both frameworks
 let you configure).
 
-``/run_code`` is served by the judged handlers: the program runs as one test case whose expected
-output is empty, compared exactly, so a program that prints anything is judged ``wrong_answer`` and
-its (captured) stdout comes back in the result detail. That detail is a capped snippet; when a
-handler reports a raw run (``detail["run"]`` with full ``stdout``/``stderr``/``return_code``,
-requested with ``"mode": "raw"`` in the payload) it is used as is.
+``/run_code`` is served by the judged handlers: the program runs as one test case with
+``"mode": "raw"``, so the handler reports the run itself (``detail["run"]``: ``stdout``/``stderr``
+up to 1 MiB with truncation flags, ``return_code``, whether it timed out or hit the output cap)
+and the fetched files (``detail["files"]``). slime's route lives in ``slime.py``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Header, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from distrs.core.languages import find_language, language_reward_type, language_table
 from distrs.core.model import BatchInfo, Result, Status
 from distrs.proxy import body as json_body
 from distrs.proxy.auth import INSECURE, Principal, Role
@@ -64,7 +69,24 @@ router = APIRouter(tags=["compat"])
 
 _ID = re.compile(ID_PATTERN)
 # SandboxFusion language name -> our reward type.
-LANGUAGES = {"python": "python", "python3": "python", "cpp": "cpp", "c++": "cpp", "cuda": "cuda"}
+# Languages not in languages.yaml: SandboxFusion name -> reward type.
+EXTRA_LANGUAGES = {"cuda": "cuda"}
+
+
+def run_code_language(name: str, served: dict[str, Any]) -> tuple[str, bool] | None:
+    """(reward type, has a compile step) for a SandboxFusion language name this service serves."""
+    found = find_language(name)
+    if found is not None:
+        canon, spec = found
+        rt = language_reward_type(canon, spec)
+        return (rt, spec.compile is not None) if rt in served else None
+    extra = EXTRA_LANGUAGES.get(name.lower())
+    return (extra, True) if extra is not None and extra in served else None
+
+
+def served_languages(served: dict[str, Any]) -> list[str]:
+    names = [n for n, spec in language_table().items() if language_reward_type(n, spec) in served]
+    return names + [n for n, rt in EXTRA_LANGUAGES.items() if rt in served]
 
 
 # ---------------------------------------------------------------- auth and batch plumbing
@@ -389,17 +411,18 @@ async def run_code(
     x_distrs_batch: str | None = Header(None),
     x_distrs_timeout: str | None = Header(None),
 ) -> JSONResponse:
-    """SandboxFusion-compatible single run (python, cpp; cuda with GPU workers)."""
+    """SandboxFusion-compatible single run in any language of languages.yaml (cuda with GPU workers)."""
     body = await json_body.read(request, RunCodeRequest)
-    rt = LANGUAGES.get(body.language.lower())
-    if rt is None or rt not in st.table.reward_types:
-        served = sorted(k for k, v in LANGUAGES.items() if v in st.table.reward_types)
+    found = run_code_language(body.language, st.table.reward_types)
+    if found is None:
+        served = served_languages(st.table.reward_types)
         raise ApiError(
             422,
             "unsupported_language",
             f"language: {body.language!r} is not supported; supported: {', '.join(served)}",
             field="language",
         )
+    rt, compiled = found
     check_run_code_files(body)
     task = _header_id(x_distrs_task, "X-DistRS-Task", _default_task("sandboxfusion", who))
     payload = run_code_payload(body)
@@ -410,7 +433,6 @@ async def run_code(
     own = body.compile_timeout + body.run_timeout + RUN_CODE_MARGIN_S
     wait_s = _wait_s(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, own)
     (result,) = await run_batch(st, who, task, batch_id, [(rt, payload)], wait_s)
-    compiled = len(st.table.reward_types[rt].stages) > 1
     return JSONResponse(to_run_code_response(result, compiled).model_dump(mode="json"))
 
 
@@ -493,7 +515,7 @@ async def get_reward(
         raise ApiError(
             422,
             "unknown_reward_type",
-            f"X-DistRS-Reward-Type: {rt!r} is not served",
+            f"X-DistRS-Reward-Type: {rt!r} is not served; known: {', '.join(sorted(st.table.reward_types))}",
             field="X-DistRS-Reward-Type",
         )
     if n == 0:

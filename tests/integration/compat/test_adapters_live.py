@@ -53,3 +53,12 @@ def test_trl_reward_function(env: Service) -> None:
     f = DistrsReward(task="trl-live")
     completions = [[{"role": "assistant", "content": "\\boxed{2}"}], [{"role": "assistant", "content": "3"}]]
     assert f(["1+1?", "1+1?"], completions, ground_truth=["2", "2"]) == [1.0, 0.0]
+
+
+def test_verl_call_based_fn_name(env: Service) -> None:
+    """verl's code datasets carry LeetCode-style tests as {inputs, outputs, fn_name}."""
+    gt = json.dumps({"inputs": ["[1, 2, 3]", "[5]"], "outputs": ["6", "5"], "fn_name": "total"})
+    good = "```python\nclass Solution:\n    def total(self, xs):\n        return sum(xs)\n```"
+    bad = "```python\ndef total(xs):\n    return max(xs)\n```"
+    assert verl.compute_score("leetcode-python", good, gt) == 1.0
+    assert verl.compute_score("leetcode-python", bad, gt) == 0.5  # max is right for [5] only

@@ -93,7 +93,8 @@ def test_mismatched_lengths_and_unknown_type_are_422(compat_service: Service) ->
     r = requests.post(u, json={"prompts": ["a"]}, timeout=30)
     assert r.status_code == 422 and "query" in r.json()["error"]["message"]
     r = requests.post(u, json={"query": ["a"], "prompts": [""]}, headers={"X-DistRS-Reward-Type": "nope"})
-    assert r.status_code == 422
+    assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "X-DistRS-Reward-Type"
+    assert "math" in r.json()["error"]["message"]  # lists the known types
     assert requests.post(u, json={"query": [], "prompts": []}, timeout=30).json() == {
         "rewards": [],
         "scores": [],

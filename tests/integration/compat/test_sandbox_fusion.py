@@ -114,6 +114,6 @@ def test_a_language_verl_knows_but_we_do_not_serve_is_an_error_verl_does_not_ret
     compat_service: Service,
 ) -> None:
     resp, err, attempts = verl_call_sandbox_api(
-        url(compat_service), "package main", "", 10, 5, 512, language="go"
+        url(compat_service), "module m; endmodule", "", 10, 5, 512, language="verilog"
     )
     assert resp is None and attempts == 1 and err is not None and "422" in err

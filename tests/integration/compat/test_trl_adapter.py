@@ -57,13 +57,14 @@ def test_scores_and_none_for_rows_it_cannot_score(compat_service: Service) -> No
                 ("\\boxed{2}", "2", "no-such-type"),  # unknown type: never sent
                 ("\\boxed{3}", "2", "math"),
                 ("\\boxed{2}", "", "math"),  # empty ground truth: the service says invalid
+                ("x" * (1 << 20) + "\\boxed{2}", "2", "math"),  # over the payload limit: refused (413)
             ),
             step=7,
         )
-    assert same(got, [1.0, math.nan, 0.0, math.nan])
+    assert same(got, [1.0, math.nan, 0.0, math.nan, math.nan])
     with compat_service.client() as c:
         page = c.get(f"/v1/batches/trl-rows/{f._run}-0-step7/results").json()
-    assert page["size"] == 3 and page["complete"]  # the unknown row never joined the batch
+    assert page["size"] == 4 and page["done"] == 3  # the unknown row never joined; the 413 one was refused
 
 
 def test_a_batch_of_only_unknown_types_sends_nothing_and_does_not_raise(compat_service: Service) -> None:

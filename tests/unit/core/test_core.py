@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from distrs.core.accounting import finish_batch
 from distrs.core.history import BatchProfile, RequestProfile, estimate_completion
+from distrs.core.languages import generic_languages
 from distrs.core.model import BatchInfo, RequestRecord, Result, StageRecord, Status
 from distrs.core.pipeline_config import load_pipelines, table_from_mapping
 from distrs.core.priority import QueuePolicy, sort_key
@@ -17,7 +18,9 @@ from distrs.core.stages import ResourceClass
 
 def test_defaults_have_the_documented_pipelines() -> None:
     t = load_pipelines()
+    languages = {name: ["run"] for name in generic_languages()}  # languages.yaml: one run stage each
     assert {k: list(v.stages) for k, v in t.reward_types.items()} == {
+        **languages,
         "cuda": ["compile", "execute"],
         "cpp": ["compile", "run"],
         "python": ["run"],

@@ -37,3 +37,13 @@ def test_float_tolerance_is_configurable_and_handles_specials() -> None:
     assert not floats_match("nan", "1", 1e-6)
     assert floats_match("inf", "inf", 1e-6)
     assert not floats_match("inf", "1e308", 1e-6)
+
+
+def test_json_compare() -> None:
+    from distrs.rewards.compare import Compare, outputs_match
+
+    assert outputs_match("[1.0, 2]\n", "[1, 2]", Compare.JSON)
+    assert outputs_match('{"a": [true, null]}', '{"a":[true,null]}', Compare.JSON)
+    assert not outputs_match("[1, 2]", "[2, 1]", Compare.JSON)
+    assert not outputs_match("true", "1", Compare.JSON)  # a bool is not a number
+    assert outputs_match("not json  here", "not json here", Compare.JSON)  # falls back to tokens

@@ -42,10 +42,26 @@ def cases_from(ground_truth: Any) -> list[dict[str, Any]]:
     return []
 
 
+def call_based_fn(ground_truth: Any) -> str | None:
+    """The ``fn_name`` of a call-based ground truth (``{"inputs", "outputs", "fn_name"}``, as
+    verl's code datasets carry it), else None."""
+    gt = ground_truth
+    if isinstance(gt, (bytes, str)):
+        try:
+            gt = json.loads(gt)
+        except ValueError:
+            return None
+    name = gt.get("fn_name") if isinstance(gt, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
 def payload_for(
     reward_type: str, completion: str, ground_truth: Any, extra: dict[str, Any] | None
 ) -> dict[str, Any]:
     options = dict((extra or {}).get("reward_options") or {})
+    fn_name = call_based_fn(ground_truth) if reward_type == "python" else None
+    if fn_name is not None:  # call-based: JSON arguments in, JSON return value compared
+        options.setdefault("fn_name", fn_name)
     if reward_type in CODE_TYPES:
         return build_payload(reward_type, completion, tests=cases_from(ground_truth), **options)
     if reward_type == "math":
