@@ -185,6 +185,16 @@ class Tool:
             args += ["--label", f"{k}={v}"]
         self.run(*args, str(REPO))
 
+    def remove_other_tags(self, image: str) -> None:
+        """Untag superseded versions of `image` (best effort: kept while an image uses them)."""
+        if self.name == "buildah":
+            return
+        repo = image.rsplit(":", 1)[0]
+        r = self.run("images", "--format", "{{.Repository}}:{{.Tag}}", repo, check=False, capture=True)
+        for old in r.stdout.split():
+            if old != image and old.rsplit(":", 1)[0] == repo:
+                self.run("rmi", old, check=False, capture=True)
+
     def tag(self, src: str, dst: str) -> None:
         self.run("tag", src, dst, capture=True)
 
@@ -266,6 +276,10 @@ def ensure_base(tool: Tool, packages: str) -> str:
         _log(f"base {packages}: rootfs in {time.monotonic() - t0:.0f} s")
     _log(f"base {packages}: importing {tar.name} as {image}")
     tool.import_tar(tar, image, {KEY_LABEL: key})
+    for old in tar.parent.glob(f"{packages}-*.tar"):  # superseded rootfs tarballs
+        if old != tar:
+            old.unlink()
+    tool.remove_other_tags(image)
     return image
 
 
@@ -369,18 +383,26 @@ def ensure_wheels(pyver: str) -> tuple[Path, Path]:
     return dep_dir, src_dir
 
 
-def _stage_wheels(dirs: Sequence[Path]) -> str:
-    """Copy (hard-link) the wheel set into build/wheels; returns its hash (names + contents)."""
+def _link_all(paths: Sequence[Path], dest: Path) -> None:
+    dest.mkdir(parents=True)
+    for p in paths:
+        try:
+            os.link(p, dest / p.name)
+        except OSError:
+            shutil.copy2(p, dest / p.name)
+
+
+def _stage_wheels(dep_dir: Path, src_dir: Path) -> None:
+    """Hard-link the wheel set into build/wheels/{deps,project}, the Dockerfiles' build inputs.
+
+    deps/requirements.txt names the project's dependencies (the Dockerfiles install those first,
+    then the project's wheel without dependencies).
+    """
     stage = REPO / "build" / "wheels"
     shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
-    names: list[tuple[str, Path]] = sorted((p.name, p) for d in dirs for p in d.glob("*.whl"))
-    for name, p in names:
-        try:
-            os.link(p, stage / name)
-        except OSError:
-            shutil.copy2(p, stage / name)
-    return _sha(x for name, p in names for x in (name, hashlib.sha256(p.read_bytes()).hexdigest()))
+    _link_all(sorted(dep_dir.glob("*.whl")), stage / "deps")
+    (stage / "deps" / "requirements.txt").write_text("\n".join(_requirements(())) + "\n")
+    _link_all(sorted(src_dir.glob("*.whl")), stage / "project")
 
 
 def build_one(tool: Tool, spec: ImageSpec, registry: str, tag: str, force: bool = False) -> str:
@@ -409,7 +431,7 @@ def build_one(tool: Tool, spec: ImageSpec, registry: str, tag: str, force: bool 
     if not force and tool.label(image, KEY_LABEL) == key:
         _log(f"{image}: up to date")
         return image
-    _stage_wheels([dep_dir, src_dir])
+    _stage_wheels(dep_dir, src_dir)
     _log(f"{image}: building from {base}")
     t0 = time.monotonic()
     tool.build(
