@@ -120,14 +120,17 @@ class Tool:
             self.env["CONTAINERS_CONF"] = str(conf)
 
     def run(self, *args: str, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        r = subprocess.run(
             [self.name, *args],
             env=self.env,
-            check=check,
             text=True,
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.PIPE if capture else None,
         )
+        if check and r.returncode != 0:
+            detail = f": {r.stderr.strip()[-2000:]}" if capture and r.stderr else ""
+            raise SystemExit(f"{self.name} {' '.join(args[:2])} ... failed ({r.returncode}){detail}")
+        return r
 
     def label(self, image: str, key: str) -> str | None:
         """Value of label `key` on a local image; None when the image is absent."""
