@@ -253,6 +253,24 @@ def _write_tls(dirpath: Path, ip: str) -> tuple[Path, Path]:
     return cert, key
 
 
+def install_seccomp_profiles(objs: list[dict[str, Any]], root: Path, extra: dict[str, Path]) -> None:
+    """Fill a kubelet seccomp root as the chart's profile installer does.
+
+    Every ConfigMap labelled `distrs.io/seccomp-profiles: "true"` has each data key K written to
+    `<root>/distrs/K`; `extra` adds files (relative path -> source) a node admin would install.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    for o in objs:
+        labels = o["metadata"].get("labels") or {}
+        if o["kind"] == "ConfigMap" and labels.get("distrs.io/seccomp-profiles") == "true":
+            for k, data in podspec.configmap_data(o).items():
+                (root / "distrs").mkdir(exist_ok=True)
+                (root / "distrs" / k).write_bytes(data)
+    for rel, src in extra.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, root / rel)
+
+
 def start_system(
     values: dict[str, Any],
     images: dict[str, str],
@@ -260,11 +278,13 @@ def start_system(
     *,
     seccomp_profiles: dict[str, Path] | None = None,
     ready_timeout: float = 180,
+    wait_workers: bool = True,
 ) -> System:
     """Render the chart with `values` and start the release; `stop()` removes everything.
 
     `images`: kind -> image (service, worker, worker-gpu, redis), set as the chart's image values.
     `seccomp_profiles`: extra files for the kubelet seccomp root, relative path -> source file.
+    `wait_workers=False` returns once Redis and the proxy are ready (for workers expected unready).
     """
     from tests.integration.k8s.kube_standin import KubeStandIn
 
@@ -286,7 +306,7 @@ def start_system(
     cleanup.append(lambda: shutil.rmtree(work, ignore_errors=True))
     system = System("", "", "", "", {}, {}, objs, None, podman, cleanup)
     try:
-        _start(system, objs, podman, work, seccomp_profiles or {}, ready_timeout, KubeStandIn)
+        _start(system, objs, podman, work, seccomp_profiles or {}, ready_timeout, KubeStandIn, wait_workers)
     except BaseException:
         system.stop()
         raise
@@ -301,6 +321,7 @@ def _start(
     seccomp_profiles: dict[str, Path],
     ready_timeout: float,
     standin_cls: Any,
+    wait_workers: bool,
 ) -> None:
     secrets_ = {o["metadata"]["name"]: podspec.secret_data(o) for o in objs if o["kind"] == "Secret"}
     configmaps = {o["metadata"]["name"]: podspec.configmap_data(o) for o in objs if o["kind"] == "ConfigMap"}
@@ -311,18 +332,7 @@ def _start(
 
     # The kubelet's seccomp root, filled like the chart's profile installer would.
     seccomp_root = work / "seccomp"
-    seccomp_root.mkdir()
-    for o in objs:
-        if (
-            o["kind"] == "ConfigMap"
-            and (o["metadata"].get("labels") or {}).get("distrs.io/seccomp-profiles") == "true"
-        ):
-            for k, data in podspec.configmap_data(o).items():
-                (seccomp_root / "distrs").mkdir(exist_ok=True)
-                (seccomp_root / "distrs" / k).write_bytes(data)
-    for rel, src in seccomp_profiles.items():
-        (seccomp_root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, seccomp_root / rel)
+    install_seccomp_profiles(objs, seccomp_root, seccomp_profiles)
 
     # The network and one address per workload.
     subnet = _free_subnet(podman)
@@ -436,7 +446,7 @@ def _start(
         if c.component in ("redis", "proxy"):  # the others need these up first
             system.wait_ready(c.name, ready_timeout)
     for c in system.containers.values():
-        if c.component not in ("redis", "proxy"):
+        if c.component not in ("redis", "proxy") and (wait_workers or c.component != "worker"):
             system.wait_ready(c.name, ready_timeout)
 
 

@@ -115,6 +115,18 @@ def test_trace_replays_with_every_batch_complete(pod_system: Callable[..., Syste
     assert not s.kube.invalid, s.kube.invalid
 
 
+def test_gpu_worker_without_a_gpu_reports_itself_unready_for_cuda(pod_system: Callable[..., System]) -> None:
+    values = {**VALUES, "workers": {**VALUES["workers"], "stages": {"run": {"enabled": False}}}}
+    s = pod_system(values, seccomp_profiles=SANDBOX_PROFILE, wait_workers=False)
+    name = s.workers["execute"]  # serves every type using execute: cuda and synthetic
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "not ready" not in s.logs(name):
+        time.sleep(1)
+    log = s.logs(name)
+    assert "not ready" in log and "cuda" in log, log[-3000:]
+    assert s.running(name) and not s.ready(name)
+
+
 def test_runtime_class_the_harness_cannot_emulate_is_a_clear_error(pod_system: Callable[..., System]) -> None:
     with pytest.raises(Unsupported, match="runtimeClassName 'gvisor'"):
         pod_system({**VALUES, "workers": {**VALUES["workers"], "defaults": {"runtimeClassName": "gvisor"}}})

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.pods import podspec
+from tests.pods.cluster import install_seccomp_profiles
 from tests.unit.helm.chart_render import find, render
 
 
@@ -101,3 +102,17 @@ def test_host_users_false_maps_the_pod_into_a_user_namespace(tmp_path: Path) -> 
     assert opt(plan.args, "--uidmap") == ["0:300000:65536"] and opt(plan.args, "--gidmap") == [
         "0:300000:65536"
     ]
+
+
+def test_labelled_configmaps_fill_the_kubelet_seccomp_root(tmp_path: Path) -> None:
+    cm: dict[str, Any] = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "p", "labels": {"distrs.io/seccomp-profiles": "true"}},
+        "data": {"jail.json": '{"defaultAction": "SCMP_ACT_ALLOW"}'},
+    }
+    other = {"kind": "ConfigMap", "metadata": {"name": "q"}, "data": {"x.json": "{}"}}
+    (tmp_path / "admin.json").write_text("{}")
+    install_seccomp_profiles([cm, other], tmp_path / "root", {"node/admin.json": tmp_path / "admin.json"})
+    assert (tmp_path / "root/distrs/jail.json").read_text() == cm["data"]["jail.json"]
+    assert not (tmp_path / "root/distrs/x.json").exists()
+    assert (tmp_path / "root/node/admin.json").exists()
