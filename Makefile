@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all install system-deps demo up test test-fast test-slow lint bench clean
+.PHONY: all install system-deps demo up test test-fast test-slow test-pods images lint bench clean
 
 all: test
 
@@ -36,6 +36,16 @@ test-fast: install
 
 test-slow: install
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+# The pod-runtime tier alone: built images, the rendered chart, podman containers.
+test-pods: install
+	$(PY) -m pytest -m pods tests/pods $(PYTEST_ARGS)
+
+# Service, CPU-worker and GPU-worker images, offline from local Debian bases (scripts/build_images.py;
+# cached under /var/tmp/distrs-images). IMAGE_TOOL=docker|podman|buildah picks the tool;
+# CUDA_IMAGE=nvidia/cuda:...-runtime-... builds the GPU worker on that image (needs its registry).
+images: install
+	$(PY) scripts/build_images.py $(IMAGES)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check distrs trainer_client tests benchmarks

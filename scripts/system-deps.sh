@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the service and its tests run for real, when missing.
 # redis-server: the production store; prometheus: scrape tests; bubblewrap: sandbox jail; g++: cpp rewards.
+# podman + runc (+ CNI plugins, uidmap for user-namespaced pods): the pod-runtime tier (tests/pods)
+# and `make images`; mmdebstrap: the local Debian base images; openssl: the tier's API-server TLS.
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v g++ >/dev/null || need+=(g++)
+command -v podman >/dev/null || need+=(podman)
+command -v runc >/dev/null || need+=(runc)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v newuidmap >/dev/null || need+=(uidmap)
+command -v openssl >/dev/null || need+=(openssl)
+[ -x /usr/lib/cni/bridge ] || [ -x /usr/libexec/cni/bridge ] || command -v netavark >/dev/null || need+=(containernetworking-plugins)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

@@ -1,0 +1,76 @@
+"""Fixtures of the pod-runtime tier: built images and a factory that starts a whole release.
+
+The tier needs podman (and runc); where no container can start it skips with the reason —
+except under CI=true, where that is a failure. Images are built by scripts/build_images.py, the
+code behind `make images` (cached: seconds when nothing changed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scripts import build_images
+from tests.pods.cluster import System, start_system
+
+KINDS = ("service", "worker", "worker-gpu", "redis")
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"pod-runtime tier cannot run under CI=true: {reason}")
+    pytest.skip(f"pod-runtime tier: {reason}")
+
+
+@pytest.fixture(scope="session")
+def pod_tool() -> build_images.Tool:
+    if not shutil.which("podman"):
+        _unavailable("podman is not installed (scripts/system-deps.sh installs it)")
+    tool = build_images.Tool("podman")
+    r = tool.run("info", "--format", "{{.Host.OCIRuntime.Name}}", check=False, capture=True)
+    if r.returncode != 0:
+        _unavailable(f"podman cannot start: {r.stderr.strip()[-500:]}")
+    return tool
+
+
+@pytest.fixture(scope="session")
+def pod_images(pod_tool: build_images.Tool) -> dict[str, str]:
+    """kind -> image name, built (or found up to date) through `make images`' code.
+
+    The Redis image comes first (a base import, no container needed); a container started from
+    it tells whether this host can run containers at all before anything else is built.
+    """
+    images = build_images.build(("redis",), tool=pod_tool)
+    r = pod_tool.run("run", "--rm", "--network", "none", images["redis"], "true", check=False, capture=True)
+    if r.returncode != 0:
+        _unavailable(f"podman cannot start a container here: {r.stderr.strip()[-800:]}")
+    images.update(build_images.build(KINDS, tool=pod_tool))
+    return images
+
+
+@pytest.fixture
+def pod_system(pod_tool: build_images.Tool, pod_images: dict[str, str]) -> Iterator[Callable[..., System]]:
+    """Factory: `pod_system(values, seccomp_profiles=None, wait_workers=True)` starts a release.
+
+    Returns the `System` handles (proxy URL, tokens, `workers` by stage, `logs(name)`,
+    `ready(name)`, `stop()`); every release started is stopped after the test.
+    """
+    started: list[System] = []
+
+    def start(
+        values: dict[str, Any], seccomp_profiles: dict[str, Path] | None = None, wait_workers: bool = True
+    ) -> System:
+        s = start_system(
+            values, pod_images, pod_tool.env, seccomp_profiles=seccomp_profiles, wait_workers=wait_workers
+        )
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
