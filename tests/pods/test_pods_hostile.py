@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from tests.pods.cluster import System, auth_header
 from tests.pods.test_pods_release import judge
 
@@ -200,7 +201,7 @@ def test_user_namespaced_pods_contain_the_hostile_set(pod_system: Callable[..., 
 def test_runtime_default_refuses_with_one_line_naming_the_setting(pod_system: Callable[..., System]) -> None:
     """A pod the jail cannot be built in runs nothing and says which value to change."""
     values = {**BASE, "sandbox": {"mode": "runtimeDefault"}}
-    s = pod_system(values, wait_workers_ready=False)
+    s = pod_system(values, wait_workers=False)
     run = s.workers["run"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and "SANDBOX UNAVAILABLE" not in s.logs(run):

@@ -3,8 +3,8 @@
 Redis, proxy, planner and one worker per stage start as containers made from the rendered pod
 templates (tests/pods/cluster.py). Judged submissions go through the proxy and are scored by
 workers inside their images' sandbox; a short synthetic trace replays with every batch complete.
-Until the chart installs its own seccomp profile, the workers here use sandbox/seccomp.json as a
-Localhost profile, installed into the harness's kubelet seccomp root.
+The workers run under the chart's own Localhost seccomp profile, which the harness installs into
+its kubelet seccomp root from the rendered ConfigMap, as the chart's DaemonSet does on nodes.
 """
 
 from __future__ import annotations
@@ -19,17 +19,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.pods.cluster import REPO, System, auth_header
+from tests.pods.cluster import System, auth_header
 from tests.pods.podspec import Unsupported
 
 pytestmark = [pytest.mark.pods, pytest.mark.timeout(1800)]
 
-SANDBOX_PROFILE = {"distrs-sandbox.json": REPO / "sandbox" / "seccomp.json"}
 VALUES: dict[str, Any] = {
     "proxy": {"replicas": 1},
     "planner": {"intervalSeconds": 1, "workerStartSeconds": 0},
     "workers": {
-        "defaults": {"seccompProfile": {"type": "Localhost", "localhostProfile": "distrs-sandbox.json"}},
         "stages": {"execute": {"rewardTypes": ["synthetic"]}},
     },
 }
@@ -64,7 +62,7 @@ def judge(s: System, items: list[tuple[str, dict[str, Any]]], wait_s: float = 18
 
 
 def test_release_starts_from_the_rendered_chart(pod_system: Callable[..., System]) -> None:
-    s = pod_system(VALUES, seccomp_profiles=SANDBOX_PROFILE)
+    s = pod_system(VALUES)
     assert {"compile", "run", "verify", "execute"} <= set(s.workers)
     for name in [*s.workers.values(), s.name_of("proxy"), s.name_of("redis"), s.name_of("planner")]:
         assert s.ready(name), f"{name} not ready:\n{s.logs(name)[-3000:]}"
@@ -79,7 +77,7 @@ def test_release_starts_from_the_rendered_chart(pod_system: Callable[..., System
 
 
 def test_judged_submissions_score_one(pod_system: Callable[..., System]) -> None:
-    s = pod_system(VALUES, seccomp_profiles=SANDBOX_PROFILE)
+    s = pod_system(VALUES)
     results = judge(
         s,
         [
@@ -100,7 +98,7 @@ def test_trace_replays_with_every_batch_complete(pod_system: Callable[..., Syste
     from distrs.replay.run import replay_async
     from tests.e2e.test_up_replay import write_trace
 
-    s = pod_system(VALUES, seccomp_profiles=SANDBOX_PROFILE)
+    s = pod_system(VALUES)
     trace = write_trace(tmp_path, tasks=2, iterations=2, batch=6)
     _, reports, _ = asyncio.run(replay_async(s.proxy_url, trace, 1.0, token=s.trainer_token))
     assert len(reports) == 4
@@ -117,7 +115,7 @@ def test_trace_replays_with_every_batch_complete(pod_system: Callable[..., Syste
 
 def test_gpu_worker_without_a_gpu_reports_itself_unready_for_cuda(pod_system: Callable[..., System]) -> None:
     values = {**VALUES, "workers": {**VALUES["workers"], "stages": {"run": {"enabled": False}}}}
-    s = pod_system(values, seccomp_profiles=SANDBOX_PROFILE, wait_workers=False)
+    s = pod_system(values, wait_workers=False)
     name = s.workers["execute"]  # serves every type using execute: cuda and synthetic
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and "not ready" not in s.logs(name):
