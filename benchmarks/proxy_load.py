@@ -255,12 +255,45 @@ async def _worker_loop(port: int, wid: str, stop: asyncio.Event, stats: dict[str
         await c.close()
 
 
+async def _bundle_worker_loop(
+    port: int, wid: str, stop: asyncio.Event, stats: dict[str, Any], k: int
+) -> None:
+    """A worker as ``distrs worker`` runs a short stage: a bundle of up to ``k`` leases per call,
+    completed in one call."""
+    c = Http("127.0.0.1", port)
+    body_lease = {"stage": "compile", "worker_id": wid, "wait_s": 0.5, "max_items": k}
+    result = {"status": "ok", "score": 1.0}
+    try:
+        while not stop.is_set():
+            status, raw = await c.call("POST", "/v1/leases/bundle", body_lease)
+            if status == 204:
+                continue
+            if status != 200:
+                stats["errors"] += 1
+                continue
+            leases = orjson.loads(raw)["leases"]
+            items = [
+                {"lease_id": x["lease_id"], "outcome": "final", "result": result, "run_s": 0.0}
+                for x in leases
+            ]
+            status, raw = await c.call("POST", "/v1/leases/complete", {"worker_id": wid, "items": items})
+            if status != 200 or any("error" in it for it in orjson.loads(raw)["items"]):
+                stats["errors"] += 1
+            stats["completed"] += len(leases)
+    finally:
+        await c.close()
+
+
 async def phase_throughput(
-    port: int, n: int, batch_size: int, workers: int, inflight: int, task: str = "tp"
+    port: int, n: int, batch_size: int, workers: int, inflight: int, task: str = "tp", bundle: int = 0
 ) -> dict[str, Any]:
     stop = asyncio.Event()
     stats: dict[str, Any] = {"completed": 0, "errors": 0}
-    tasks = [asyncio.create_task(_worker_loop(port, f"w{i}", stop, stats, False)) for i in range(workers)]
+    if bundle:
+        loops = [_bundle_worker_loop(port, f"w{i}", stop, stats, bundle) for i in range(workers)]
+    else:
+        loops = [_worker_loop(port, f"w{i}", stop, stats, False) for i in range(workers)]
+    tasks = [asyncio.create_task(x) for x in loops]
     nbatches = n // batch_size
     sem = asyncio.Semaphore(inflight)
     results_seen = 0
@@ -304,6 +337,7 @@ async def phase_throughput(
         "requests": nbatches * batch_size,
         "results_fetched": results_seen,
         "workers": workers,
+        "bundle": bundle,
         "batch_size": batch_size,
         "batches_in_flight": inflight,
         "elapsed_s": round(elapsed, 3),
@@ -573,19 +607,26 @@ def _markdown(res: dict[str, Any]) -> str:
         "| metric | memory store | Redis | target | met (memory / Redis) |",
         "|---|---|---|---|---|",
     ]
-    mt, rt = runs["memory"]["throughput"], runs["redis"]["throughput"]
-    lines += [
-        f"| lifecycles/s (submit+lease+complete+result, {res['workers']} workers) | {mt['lifecycles_per_s']} "
-        f"| {rt['lifecycles_per_s']} | >= {TARGETS['lifecycles_per_s']:.0f} "
-        f"| {ok['memory']['throughput']} / {ok['redis']['throughput']} |",
-        f"| HTTP calls per lifecycle | {mt['http_calls_per_lifecycle']} | {rt['http_calls_per_lifecycle']} | — | — |",
-        f"| framework limit, lifecycles/s | {mt['framework_limit_per_s']} | {rt['framework_limit_per_s']} | — | — |",
-        f"| share of the framework limit | {mt['share_of_framework']:.2f} | {rt['share_of_framework']:.2f} "
-        f"| >= {TARGETS['share_of_framework']:.2f} | {ok['memory']['share']} / {ok['redis']['share']} |",
-        f"| proxy CPU ms per lifecycle | {mt['proxy_cpu_ms_per_lifecycle']} | {rt['proxy_cpu_ms_per_lifecycle']} "
-        "| — | — |",
-        f"| Redis server CPU ms per lifecycle (`INFO CPU`) | — | {rt['redis_cpu_ms_per_lifecycle']} | — | — |",
-    ]
+    for key, label in (("throughput", "one lease per call"), ("bundled", "bundles")):
+        mt, rt = runs["memory"][key], runs["redis"][key]
+        okk = "" if key == "throughput" else "_bundled"
+        who = f"{mt['workers']} workers" + (f", bundles of up to {mt['bundle']}" if mt["bundle"] else "")
+        lines += [
+            f"| **{label}**: lifecycles/s (register+submit+lease+complete+result, {who}) "
+            f"| {mt['lifecycles_per_s']} | {rt['lifecycles_per_s']} | >= {TARGETS['lifecycles_per_s']:.0f} "
+            f"| {ok['memory']['throughput' + okk]} / {ok['redis']['throughput' + okk]} |",
+            f"| {label}: HTTP calls per lifecycle | {mt['http_calls_per_lifecycle']} "
+            f"| {rt['http_calls_per_lifecycle']} | — | — |",
+            f"| {label}: framework limit, lifecycles/s | {mt['framework_limit_per_s']} "
+            f"| {rt['framework_limit_per_s']} | — | — |",
+            f"| {label}: share of the framework limit | {mt['share_of_framework']:.2f} "
+            f"| {rt['share_of_framework']:.2f} | >= {TARGETS['share_of_framework']:.2f} "
+            f"| {ok['memory']['share' + okk]} / {ok['redis']['share' + okk]} |",
+            f"| {label}: proxy CPU ms per lifecycle | {mt['proxy_cpu_ms_per_lifecycle']} "
+            f"| {rt['proxy_cpu_ms_per_lifecycle']} | — | — |",
+            f"| {label}: Redis server CPU ms per lifecycle (`INFO CPU`) | — | {rt['redis_cpu_ms_per_lifecycle']} "
+            "| — | — |",
+        ]
     for rate_run in ("latency",):
         ml, rl = runs["memory"][rate_run], runs["redis"][rate_run]
         for name in ("submit", "complete", "dispatch"):
@@ -602,6 +643,11 @@ def _markdown(res: dict[str, Any]) -> str:
     ]
     for name in ("memory", "redis"):
         t, lat = runs[name]["throughput"], runs[name]["latency"]
+        b = runs[name]["bundled"]
+        lines.append(
+            f"{name}, bundles: {b['requests']:,} requests in {b['elapsed_s']} s, proxy CPU {b['proxy_cpu_s']} s, "
+            f"HTTP errors {b['http_errors']}."
+        )
         lines.append(
             f"{name}: {t['requests']:,} requests in {t['elapsed_s']} s, batches of {t['batch_size']} "
             f"({t['batches_in_flight']} in flight), proxy CPU {t['proxy_cpu_s']} s, HTTP errors {t['http_errors']}; "
@@ -637,36 +683,50 @@ async def _floor(work: Path, seconds: float, workers: int) -> dict[str, Any]:
         floor.stop()
 
 
+async def _measured(
+    proxy: Proxy, redis_port: int | None, args: argparse.Namespace, workers: int, bundle: int, task: str
+) -> dict[str, Any]:
+    """One throughput run with the proxy's CPU, Redis' CPU and the HTTP calls it took."""
+    rcpu = (lambda: _redis_cpu_s(redis_port)) if redis_port else (lambda: 0.0)
+    cpu0, rcpu0, calls0 = proxy.cpu_s(), rcpu(), Http.calls
+    thr = await phase_throughput(
+        proxy.port, args.requests, args.batch_size, workers, args.inflight, task, bundle=bundle
+    )
+    cpu, rc, calls = proxy.cpu_s() - cpu0, rcpu() - rcpu0, Http.calls - calls0
+    thr["proxy_cpu_s"] = round(cpu, 2)
+    thr["proxy_cpu_ms_per_lifecycle"] = round(1000 * cpu / thr["requests"], 3)
+    # 204s of idle long-polls at the end are part of the cost, so they are counted too
+    thr["http_calls_per_lifecycle"] = round(calls / thr["requests"], 3)
+    if redis_port:
+        thr["redis_cpu_s"] = round(rc, 2)
+        thr["redis_cpu_ms_per_lifecycle"] = round(1000 * rc / thr["requests"], 4)
+    return thr
+
+
 async def _one_store(
     args: argparse.Namespace, work: Path, redis_url: str | None, redis_port: int
 ) -> dict[str, Any]:
     proxy = Proxy(redis_url, work)
     proxy.start()
+    name = "redis" if redis_url else "memory"
+    rport = redis_port if redis_url else None
     try:
         # warm-up: import paths, script cache, connection pool
         await phase_throughput(proxy.port, 2 * args.batch_size, args.batch_size, args.workers, 2, "warmup")
-        cpu0, rcpu0, calls0 = proxy.cpu_s(), _redis_cpu_s(redis_port), Http.calls
-        thr = await phase_throughput(proxy.port, args.requests, args.batch_size, args.workers, args.inflight)
-        cpu, rcpu, calls = proxy.cpu_s() - cpu0, _redis_cpu_s(redis_port) - rcpu0, Http.calls - calls0
-        thr["proxy_cpu_s"] = round(cpu, 2)
-        thr["proxy_cpu_ms_per_lifecycle"] = round(1000 * cpu / thr["requests"], 3)
-        # 204s of idle long-polls at the end are part of the cost, so they are counted too
-        thr["http_calls_per_lifecycle"] = round(calls / thr["requests"], 3)
-        if redis_url:
-            thr["redis_cpu_s"] = round(rcpu, 2)
-            thr["redis_cpu_ms_per_lifecycle"] = round(1000 * rcpu / thr["requests"], 4)
+        thr = await _measured(proxy, rport, args, args.workers, 0, "tp")
+        print(f"{name} throughput: {thr['lifecycles_per_s']} lifecycles/s", flush=True)
+        bun = await _measured(proxy, rport, args, args.bundle_workers, args.bundle, "tpb")
         print(
-            f"{'redis' if redis_url else 'memory'} throughput: {thr['lifecycles_per_s']} lifecycles/s",
-            flush=True,
+            f"{name} throughput, bundles of {args.bundle}: {bun['lifecycles_per_s']} lifecycles/s", flush=True
         )
-        lat = await phase_latency(proxy.port, args.rate, args.seconds, args.workers)
+        lat = await phase_latency(proxy.port, args.rate, args.seconds, args.workers, task=f"lat-{name}")
         print(
             f"latency: submit p50 {lat['submit']['p50_ms']} ms p99 {lat['submit']['p99_ms']} ms; "
             f"complete p50 {lat['complete']['p50_ms']} p99 {lat['complete']['p99_ms']}; "
             f"dispatch p50 {lat['dispatch']['p50_ms']} p99 {lat['dispatch']['p99_ms']}",
             flush=True,
         )
-        return {"throughput": thr, "latency": lat}
+        return {"throughput": thr, "bundled": bun, "latency": lat}
     finally:
         proxy.stop()
 
@@ -704,11 +764,14 @@ async def _amain(args: argparse.Namespace) -> dict[str, Any]:
     verdict: dict[str, Any] = {"rss": mem["proxy_rss_mb"] <= TARGETS["rss_mb"]}
     for name, run in runs.items():
         thr, lat = run["throughput"], run["latency"]
-        thr["framework_limit_per_s"] = round(floor_calls / thr["http_calls_per_lifecycle"], 1)
-        thr["share_of_framework"] = round(thr["lifecycles_per_s"] / thr["framework_limit_per_s"], 3)
+        for t in (thr, run["bundled"]):
+            t["framework_limit_per_s"] = round(floor_calls / t["http_calls_per_lifecycle"], 1)
+            t["share_of_framework"] = round(t["lifecycles_per_s"] / t["framework_limit_per_s"], 3)
         v = {
             "throughput": thr["lifecycles_per_s"] >= TARGETS["lifecycles_per_s"],
             "share": thr["share_of_framework"] >= TARGETS["share_of_framework"],
+            "throughput_bundled": run["bundled"]["lifecycles_per_s"] >= TARGETS["lifecycles_per_s"],
+            "share_bundled": run["bundled"]["share_of_framework"] >= TARGETS["share_of_framework"],
         }
         for call in ("submit", "complete", "dispatch"):
             v["latency_" + call] = (
@@ -747,6 +810,8 @@ def main() -> None:
         "--inflight", type=int, default=4, help="Batches submitted ahead in the throughput phase."
     )
     ap.add_argument("--workers", type=int, default=64)
+    ap.add_argument("--bundle", type=int, default=32, help="Leases per bundle in the bundled run.")
+    ap.add_argument("--bundle-workers", type=int, default=8, help="Workers in the bundled run.")
     ap.add_argument("--rate", type=float, default=500.0, help="Submits per second in the latency phase.")
     ap.add_argument("--seconds", type=float, default=10.0, help="Length of the latency phase.")
     ap.add_argument("--queued", type=int, default=100_000, help="Requests queued in the memory phase.")
