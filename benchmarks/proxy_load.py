@@ -14,6 +14,9 @@ docs/store.md), side by side in one run:
    (batches of ``--batch-size`` registered and submitted in bulk while earlier ones are being
    worked on, results read with the long-poll). Target: >= 2,000/s per proxy process. Proxy CPU
    and (Redis) the Redis server's CPU seconds per lifecycle (``INFO CPU`` before and after).
+   Run twice: one lease and one completion call per request (64 workers), and as ``distrs
+   worker`` runs a short stage, bundles of up to ``--bundle`` leases per call (8 workers); the
+   framework-limit share is stated for the first only (a bundle call carries k leases).
 2. **Latency at a fixed rate** — single-request submits at ``--rate`` req/s (open loop) with the 64
    workers waiting on long-polls. Reported per call: submit and complete round trips, and the
    dispatch latency (submit sent -> a waiting worker holds the lease). On loopback the round
@@ -617,11 +620,16 @@ def _markdown(res: dict[str, Any]) -> str:
             f"| {ok['memory']['throughput' + okk]} / {ok['redis']['throughput' + okk]} |",
             f"| {label}: HTTP calls per lifecycle | {mt['http_calls_per_lifecycle']} "
             f"| {rt['http_calls_per_lifecycle']} | — | — |",
-            f"| {label}: framework limit, lifecycles/s | {mt['framework_limit_per_s']} "
-            f"| {rt['framework_limit_per_s']} | — | — |",
-            f"| {label}: share of the framework limit | {mt['share_of_framework']:.2f} "
-            f"| {rt['share_of_framework']:.2f} | >= {TARGETS['share_of_framework']:.2f} "
-            f"| {ok['memory']['share' + okk]} / {ok['redis']['share' + okk]} |",
+        ]
+        if key == "throughput":  # a bundle call carries k leases: the floor app's calls are not comparable
+            lines += [
+                f"| {label}: framework limit, lifecycles/s | {mt['framework_limit_per_s']} "
+                f"| {rt['framework_limit_per_s']} | — | — |",
+                f"| {label}: share of the framework limit | {mt['share_of_framework']:.2f} "
+                f"| {rt['share_of_framework']:.2f} | >= {TARGETS['share_of_framework']:.2f} "
+                f"| {ok['memory']['share']} / {ok['redis']['share']} |",
+            ]
+        lines += [
             f"| {label}: proxy CPU ms per lifecycle | {mt['proxy_cpu_ms_per_lifecycle']} "
             f"| {rt['proxy_cpu_ms_per_lifecycle']} | — | — |",
             f"| {label}: Redis server CPU ms per lifecycle (`INFO CPU`) | — | {rt['redis_cpu_ms_per_lifecycle']} "
@@ -764,14 +772,12 @@ async def _amain(args: argparse.Namespace) -> dict[str, Any]:
     verdict: dict[str, Any] = {"rss": mem["proxy_rss_mb"] <= TARGETS["rss_mb"]}
     for name, run in runs.items():
         thr, lat = run["throughput"], run["latency"]
-        for t in (thr, run["bundled"]):
-            t["framework_limit_per_s"] = round(floor_calls / t["http_calls_per_lifecycle"], 1)
-            t["share_of_framework"] = round(t["lifecycles_per_s"] / t["framework_limit_per_s"], 3)
+        thr["framework_limit_per_s"] = round(floor_calls / thr["http_calls_per_lifecycle"], 1)
+        thr["share_of_framework"] = round(thr["lifecycles_per_s"] / thr["framework_limit_per_s"], 3)
         v = {
             "throughput": thr["lifecycles_per_s"] >= TARGETS["lifecycles_per_s"],
             "share": thr["share_of_framework"] >= TARGETS["share_of_framework"],
             "throughput_bundled": run["bundled"]["lifecycles_per_s"] >= TARGETS["lifecycles_per_s"],
-            "share_bundled": run["bundled"]["share_of_framework"] >= TARGETS["share_of_framework"],
         }
         for call in ("submit", "complete", "dispatch"):
             v["latency_" + call] = (
