@@ -165,7 +165,7 @@ def _metric(text: str, name: str, labels: str) -> float:
     return 0.0
 
 
-async def test_bundle_completion_records_every_request_in_the_metrics(api: Api) -> None:
+async def test_bulk_submit_and_bundle_completion_record_every_request_in_the_metrics(api: Api) -> None:
     r = await api.trainer.post("/v1/batches", json={"task": "m1", "batch_id": "b1", "size": 4})
     assert r.status_code == 201, r.text
     reqs = [
@@ -188,7 +188,10 @@ async def test_bundle_completion_records_every_request_in_the_metrics(api: Api) 
     ]
     r = await api.worker.post("/v1/leases/complete", json={"worker_id": "w1", "items": items})
     assert r.status_code == 200 and all("error" not in x for x in r.json()["items"]), r.text
+    r = await api.trainer.post("/v1/requests", json={"requests": reqs})  # all duplicates now
+    assert r.status_code == 202 and r.json()["duplicates"] == 4
     text = (await api.admin.get("/metrics")).text
+    assert _metric(text, "distrs_requests_submitted_total", 'reward_type="synthetic"') == 4
     assert _metric(text, "distrs_requests_finished_total", 'status="ok"') == 3
     assert _metric(text, "distrs_requests_finished_total", 'status="wrong_answer"') == 1
     assert _metric(text, "distrs_stage_run_seconds_count", 'stage="compile"') == 4
