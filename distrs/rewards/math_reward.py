@@ -86,7 +86,7 @@ class MathChecker:
         self._sandbox = sandbox
         self._settings = settings
         self._child_source = child_source
-        self._next_id = 0
+        self._req_id = 0
         self._lock = threading.Lock()
         self._stack: ExitStack | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -166,8 +166,8 @@ class MathChecker:
             proc = self._start(deadline)
         assert proc.stdin is not None
         # unpredictable ids: a child cannot forge the reply to a request it has not seen yet
-        self._next_id = secrets.randbits(62)
-        req = {"id": self._next_id, "gold": gold, "answer": answer, "timeout": self._settings.inner_timeout_s}
+        self._req_id = secrets.randbits(62)
+        req = {"id": self._req_id, "gold": gold, "answer": answer, "timeout": self._settings.inner_timeout_s}
         try:
             proc.stdin.write(json.dumps(req).encode() + b"\n")
             proc.stdin.flush()
@@ -175,7 +175,7 @@ class MathChecker:
         except (CheckTimeout, SandboxError, OSError):
             self.close()
             raise
-        if reply.get("id") != self._next_id:
+        if reply.get("id") != self._req_id:
             self.close()
             raise OutOfStep(f"math checker reply out of step: {str(reply)[:200]}")
         return reply
