@@ -144,8 +144,9 @@ def create_app(
     )
     app.state.distrs = state
     errors.install(app, settings.retry_after_s)
-    app.include_router(trainer.router)
+    # The worker routes first: they take most calls, and FastAPI tries routers in order.
     app.include_router(worker.router)
+    app.include_router(trainer.router)
     app.include_router(ops.router)
     app.include_router(catalog.router)
     with contextlib.suppress(ImportError):

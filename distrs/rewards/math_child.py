@@ -2,8 +2,13 @@
 
 Standalone on purpose (imports only math_verify): it runs from a copy in a sandbox work dir,
 where the ``distrs`` package is not importable. Protocol: one JSON object per line on stdin
-``{"gold": str, "answer": str, "timeout": int}``; one JSON line per request on stdout
-``{"gold_ok": bool, "found": bool, "correct": bool, "gold": str, "pred": str}``.
+``{"id": int, "gold": str, "answer": str, "timeout": int}``; one JSON line per request on stdout
+``{"id": int, "gold_ok": bool, "found": bool, "correct": bool, "gold": str, "pred": str}``.
+
+Replies go to the original stdout only: ``sys.stdout`` is pointed at stderr before anything is
+imported, so nothing a library prints while parsing a completion can slip a line into the reply
+stream, and every reply carries the id of its request, so the parent can tell a reply from junk
+and never hands one request's verdict to the next.
 math_verify's own (SIGALRM) timeouts work here because this is the main thread; the parent
 still kills the whole jail if a C-level computation ignores them.
 """
@@ -39,18 +44,23 @@ def check(gold_text, answer_text, timeout):
 
 
 def main():
+    replies = sys.stdout
+    sys.stdout = sys.stderr  # library prints never reach the reply stream
     import math_verify  # noqa: F401  (import once, up front: it takes most of a second)
 
-    sys.stdout.write('{"ready": true}\n')
-    sys.stdout.flush()
+    replies.write('{"ready": true}\n')
+    replies.flush()
     for line in sys.stdin:
+        rid = None
         try:
             req = json.loads(line)
+            rid = req.get("id")
             res = check(str(req["gold"]), str(req["answer"]), int(req.get("timeout", 5)))
         except Exception as e:  # report, keep serving
             res = {"error": f"{type(e).__name__}: {e}"[:500]}
-        sys.stdout.write(json.dumps(res) + "\n")
-        sys.stdout.flush()
+        res["id"] = rid
+        replies.write(json.dumps(res) + "\n")
+        replies.flush()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import selectors
 import signal
 import subprocess
@@ -74,12 +75,18 @@ class CheckTimeout(Exception):
     pass
 
 
+class OutOfStep(SandboxError):
+    """The child's reply was not the answer to the request just sent."""
+
+
 class MathChecker:
     """A restartable jailed ``math_child.py``; one check at a time."""
 
-    def __init__(self, sandbox: Sandbox, settings: MathSettings) -> None:
+    def __init__(self, sandbox: Sandbox, settings: MathSettings, child_source: Path = CHILD_SOURCE) -> None:
         self._sandbox = sandbox
         self._settings = settings
+        self._child_source = child_source
+        self._req_id = 0
         self._lock = threading.Lock()
         self._stack: ExitStack | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -90,7 +97,7 @@ class MathChecker:
         exe, mounts = interpreter(self._settings.python)
         stack = ExitStack()
         session = stack.enter_context(self._sandbox.session())
-        session.write_file("math_child.py", CHILD_SOURCE.read_bytes())
+        session.write_file("math_child.py", self._child_source.read_bytes())
         limits = Limits(
             wall_s=3600.0,
             cpu_s=3600.0,  # lifetime CPU; recycling keeps a busy child well below it
@@ -139,23 +146,53 @@ class MathChecker:
             raise SandboxError("math checker reply is not an object")
         return msg
 
+    def _stale(self) -> bool:
+        """Whether the child wrote anything outside a reply (leftovers, or bytes waiting now)."""
+        if self._buf:
+            return True
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout.fileno(), selectors.EVENT_READ)
+            return bool(sel.select(0))
+
+    def _ask(self, gold: str, answer: str, deadline: float) -> dict[str, Any]:
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else None
+        if proc is not None and self._stale():
+            self.close()  # junk on the reply stream: never read it as the next verdict
+            proc = None
+        if proc is None:
+            self.close()
+            proc = self._start(deadline)
+        assert proc.stdin is not None
+        # unpredictable ids: a child cannot forge the reply to a request it has not seen yet
+        self._req_id = secrets.randbits(62)
+        req = {"id": self._req_id, "gold": gold, "answer": answer, "timeout": self._settings.inner_timeout_s}
+        try:
+            proc.stdin.write(json.dumps(req).encode() + b"\n")
+            proc.stdin.flush()
+            reply = self._read_line(deadline)
+        except (CheckTimeout, SandboxError, OSError):
+            self.close()
+            raise
+        if reply.get("id") != self._req_id:
+            self.close()
+            raise OutOfStep(f"math checker reply out of step: {str(reply)[:200]}")
+        return reply
+
     def check(self, gold: str, answer: str, timeout_s: float) -> dict[str, Any]:
-        """The child's verdict; CheckTimeout past ``timeout_s`` (the child is then killed)."""
+        """The child's verdict; CheckTimeout past ``timeout_s`` (the child is then killed).
+
+        A reply that does not carry this request's id (a child that wrote junk on its reply
+        stream) is never used: the child is replaced and the request asked once more of the fresh
+        one, so a hostile earlier input cannot decide this one's verdict.
+        """
         with self._lock:
             deadline = time.monotonic() + timeout_s
-            proc = self._proc if self._proc is not None and self._proc.poll() is None else None
-            if proc is None:
-                self.close()
-                proc = self._start(deadline)
-            assert proc.stdin is not None
-            req = {"gold": gold, "answer": answer, "timeout": self._settings.inner_timeout_s}
             try:
-                proc.stdin.write(json.dumps(req).encode() + b"\n")
-                proc.stdin.flush()
-                reply = self._read_line(deadline)
-            except (CheckTimeout, SandboxError, OSError):
-                self.close()
-                raise
+                reply = self._ask(gold, answer, deadline)
+            except OutOfStep:
+                reply = self._ask(gold, answer, deadline)
             self._served += 1
             if self._served >= self._settings.recycle_after:
                 self.close()

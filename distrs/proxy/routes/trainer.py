@@ -8,6 +8,7 @@ against the same pattern as body ids (``schemas.ID_PATTERN``): 422 naming the pa
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -115,10 +116,12 @@ async def submit(request: Request) -> JSONResponse:
             )
         )
     out = await st.store.submit(news, st.clock())
-    accepted = set(out.accepted)
+    accepted, per_type = set(out.accepted), Counter[str]()
     for n in news:
         if n.request_id in accepted:
-            st.metrics.requests_submitted.labels(n.reward_type).inc()
+            per_type[n.reward_type] += 1
+    for reward_type, count in per_type.items():  # once per reward type, not per request
+        st.metrics.requests_submitted.labels(reward_type).inc(count)
     body = {
         "accepted": len(out.accepted),
         "duplicates": len(out.duplicates),

@@ -21,7 +21,8 @@ long run stays alive by its heartbeats.
 Bundles (``/bundle``, ``/heartbeat``, ``/complete`` without a lease id): up to ``MAX_BUNDLE``
 leases of one stage in one call, in queue order, each its own lease; heartbeat and completion
 answer per lease, so one refused lease (expired, another token's, a bad item) never keeps the
-others from landing. The single-lease routes are unchanged.
+others from landing; a bundle's metrics are recorded once per bundle (``_record_many``). The
+single-lease routes are unchanged.
 
 A lease whose body cannot be rendered (a payload the JSON encoder refuses) is never handed out
 and never left held: its request ends ``invalid`` with the reason, and the long-poll goes on.
@@ -243,12 +244,14 @@ async def complete_bundle(request: Request) -> JSONResponse:
             )
         )
     outs = await st.store.complete_many([c for _, c in todo], holder_of(request, st), st.clock())
+    landed: list[CompleteOutcome] = []
     for (i, c), out in zip(todo, outs, strict=True):
         if isinstance(out, StoreError):
             views[i] = {"lease_id": c.lease_id, "error": {"code": out.code, "message": out.message}}
         else:
-            await _record(st, out.request, out.batch_completed)
+            landed.append(out)
             views[i] = _completed_view(c.lease_id, out, c.next_stage)
+    await _record_many(st, landed)
     return JSONResponse({"items": views})
 
 
@@ -325,6 +328,35 @@ async def _end_unrenderable(st: AppState, lease: Lease, holder: str, exc: Except
     await _record(st, out.request, out.batch_completed)
 
 
+async def _record_many(st: AppState, outs: list[CompleteOutcome]) -> None:
+    """A bundle's metrics, recorded once per bundle: each label set is looked up once and the
+    counters are added to once per (stage) and (reward type, status); the histograms still get
+    one observation per request."""
+    busy: dict[str, float] = {}
+    finished: dict[tuple[str, str], int] = {}
+    runs: dict[str, list[tuple[float, float]]] = {}
+    m = st.metrics
+    for out in outs:
+        rec = out.request
+        last = rec.stages[-1]
+        runs.setdefault(last.name, []).append((last.run_s, last.queued_s))
+        busy[last.name] = busy.get(last.name, 0.0) + last.run_s
+        if rec.result is not None:
+            key = (rec.reward_type, rec.result.status.value)
+            finished[key] = finished.get(key, 0) + 1
+    for stage, pairs in runs.items():
+        run_h, queue_h = m.stage_run_seconds.labels(stage), m.stage_queue_seconds.labels(stage)
+        for run_s, queued_s in pairs:
+            run_h.observe(run_s)
+            queue_h.observe(queued_s)
+        m.worker_seconds_busy.labels(stage).inc(busy[stage])
+    for (reward_type, status), n in finished.items():
+        m.requests_finished.labels(reward_type, status).inc(n)
+    for out in outs:
+        if out.batch_completed:
+            await _record_batch(st, out.request)
+
+
 async def _record(st: AppState, rec: Any, batch_completed: bool) -> None:
     m = st.metrics
     last = rec.stages[-1]
@@ -334,13 +366,19 @@ async def _record(st: AppState, rec: Any, batch_completed: bool) -> None:
     if rec.result is not None:
         m.requests_finished.labels(rec.reward_type, rec.result.status.value).inc()
     if batch_completed:
-        b = await st.store.get_batch(rec.task, rec.batch_id)
-        if b is not None and b.extra_delay_s is not None:
-            m.batch_extra_delay.labels(b.task).observe(b.extra_delay_s)
-            if b.completed_at is not None:
-                m.batch_actual_span.labels(b.task).set(b.completed_at - b.anchor)
-            if b.estimated_completion is not None:
-                m.batch_estimated_span.labels(b.task).set(b.estimated_completion - b.anchor)
+        await _record_batch(st, rec)
+
+
+async def _record_batch(st: AppState, rec: Any) -> None:
+    """A finished batch's extra delay and spans (once per batch)."""
+    m = st.metrics
+    b = await st.store.get_batch(rec.task, rec.batch_id)
+    if b is not None and b.extra_delay_s is not None:
+        m.batch_extra_delay.labels(b.task).observe(b.extra_delay_s)
+        if b.completed_at is not None:
+            m.batch_actual_span.labels(b.task).set(b.completed_at - b.anchor)
+        if b.estimated_completion is not None:
+            m.batch_estimated_span.labels(b.task).set(b.estimated_completion - b.anchor)
 
 
 async def _lease_facts(st: AppState, lease_id: str) -> tuple[str, str, dict[str, Any]]:

@@ -158,3 +158,45 @@ async def test_bundle_with_an_unrenderable_request_serves_the_rest(api: Api) -> 
         "/v1/leases/bundle", json={"stage": "compile", "worker_id": "w1", "max_items": 2}
     )
     assert r.status_code == 204
+
+
+def _metric(text: str, name: str, labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and labels in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_bulk_submit_and_bundle_completion_record_every_request_in_the_metrics(api: Api) -> None:
+    r = await api.trainer.post("/v1/batches", json={"task": "m1", "batch_id": "b1", "size": 4})
+    assert r.status_code == 201, r.text
+    reqs = [
+        {"task": "m1", "batch_id": "b1", "request_id": f"r{i}", "reward_type": "synthetic",
+         "payload": {"durations": {"compile": 1.0}}}
+        for i in range(4)
+    ]  # fmt: skip
+    r = await api.trainer.post("/v1/requests", json={"requests": reqs})
+    assert r.status_code == 202, r.text
+    ids = [x["lease_id"] for x in (await _bundle(api, 4))["leases"]]
+    statuses = ["ok", "ok", "wrong_answer", "ok"]
+    items = [
+        {
+            "lease_id": lid,
+            "outcome": "final",
+            "result": {"status": s, "score": 1.0 if s == "ok" else 0.0},
+            "run_s": 0.25,
+        }
+        for lid, s in zip(ids, statuses, strict=True)
+    ]
+    r = await api.worker.post("/v1/leases/complete", json={"worker_id": "w1", "items": items})
+    assert r.status_code == 200 and all("error" not in x for x in r.json()["items"]), r.text
+    r = await api.trainer.post("/v1/requests", json={"requests": reqs})  # all duplicates now
+    assert r.status_code == 202 and r.json()["duplicates"] == 4
+    text = (await api.admin.get("/metrics")).text
+    assert _metric(text, "distrs_requests_submitted_total", 'reward_type="synthetic"') == 4
+    assert _metric(text, "distrs_requests_finished_total", 'status="ok"') == 3
+    assert _metric(text, "distrs_requests_finished_total", 'status="wrong_answer"') == 1
+    assert _metric(text, "distrs_stage_run_seconds_count", 'stage="compile"') == 4
+    assert _metric(text, "distrs_stage_queue_seconds_count", 'stage="compile"') == 4
+    assert _metric(text, "distrs_worker_seconds_busy_total", 'stage="compile"') == 1.0
+    assert _metric(text, "distrs_batch_extra_delay_seconds_count", "") == 1  # the batch, once

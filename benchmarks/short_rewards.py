@@ -1,0 +1,391 @@
+"""Short rewards end to end: ``distrs up`` with default settings against doing it in-process.
+
+Two ratios, each measured side by side in one run, interleaved (a baseline run, then per round a
+service run and a baseline run; the ratio is the mean service rate over the mean baseline rate,
+and every run's rate is reported, so a change in the machine's load shows up as a spread):
+
+* **math** — ``--math`` realistic completions (varied ``\\boxed{}`` answers: integers, fractions,
+  radicals, decimals, sets, negative numbers; about a fifth wrong, some without a box, some with
+  several kilobytes of reasoning) scored through the service (``math`` reward type, first
+  submit to last result, with ``distrs_client``) against ``math_verify.parse`` + ``verify``
+  called in-process from as many processes as cores. Target: >= 70 %.
+* **python** — ``--python`` small stdin/stdout programs x 3 tests (about a tenth wrong) through
+  the service (``python`` reward type, full sandbox) against the same programs run as plain
+  ``python main.py`` subprocesses from as many threads as cores. Target: >= 90 %.
+
+The service is started as a user would, ``distrs up --insecure --port 0`` in a subprocess, with
+no other flags; one small warm-up batch of each type runs first (its time is reported apart:
+it includes starting the worker processes). Verdicts of the service and the baseline are
+compared and the number that differ is reported.
+
+    .venv/bin/python benchmarks/short_rewards.py          # writes benchmarks/results/short_rewards.{json,md}
+    .venv/bin/python benchmarks/short_rewards.py --quick  # smaller sizes for a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+TARGETS = {"math": 0.70, "python": 0.90}
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+# --- workloads ----------------------------------------------------------------------------------
+
+_FILLER = (
+    "We first restate the problem and note the constraints. Consider the expression step by step; "
+    "expanding the product and collecting like terms gives a quadratic in $x$, whose discriminant "
+    "$b^2-4ac$ tells us how many real roots there are. Substituting back, we check each case. "
+)
+
+
+def _answer_pair(rng: random.Random) -> tuple[str, str, str]:
+    """(ground truth, a correct answer written as a model might, a wrong answer)."""
+    kind = rng.randrange(7)
+    if kind == 0:
+        n = rng.randint(-50, 2000)
+        return str(n), str(n), str(n + rng.choice([-2, -1, 1, 3]))
+    if kind == 1:
+        a, b = rng.randint(1, 30), rng.randint(2, 31)
+        return (
+            f"\\frac{{{a}}}{{{b}}}",
+            rng.choice([f"\\frac{{{a}}}{{{b}}}", f"{a}/{b}", f"\\dfrac{{{a}}}{{{b}}}"]),
+            (f"\\frac{{{a + 1}}}{{{b}}}"),
+        )
+    if kind == 2:
+        a, b = rng.randint(1, 9), rng.choice([2, 3, 5, 6, 7])
+        return f"{a}\\sqrt{{{b}}}", f"{a}\\sqrt{{{b}}}", f"{a + 1}\\sqrt{{{b}}}"
+    if kind == 3:
+        x = rng.randint(1, 999) / 100
+        return f"{x}", f"{x:.2f}", f"{x + 0.5:.2f}"
+    if kind == 4:
+        a, b = sorted(rng.sample(range(-9, 10), 2))
+        return f"\\{{{a}, {b}\\}}", f"\\{{{b}, {a}\\}}", f"\\{{{a}, {b + 1}\\}}"
+    if kind == 5:
+        n = rng.randint(2, 40)
+        return f"{n}\\pi", f"{n}\\pi", f"{n + 1}\\pi"
+    a, b = rng.randint(1, 9), rng.randint(1, 9)
+    return f"{a}x+{b}", f"{a}x + {b}", f"{b}x + {a}"
+
+
+def math_items(n: int, seed: int = 7) -> list[dict[str, str]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        gold, right, wrong = _answer_pair(rng)
+        ans = wrong if rng.random() < 0.2 else right
+        body = _FILLER * (rng.choice([1, 2, 3]) if rng.random() < 0.8 else rng.randint(15, 40))
+        style = rng.random()
+        if style < 0.85:
+            text = f"{body}Therefore the answer is $\\boxed{{{ans}}}$."
+        elif style < 0.95:  # corrects itself: the last box counts
+            text = f"{body}At first we get $\\boxed{{{wrong}}}$, but rechecking, the answer is $\\boxed{{{ans}}}$."
+        else:  # no box at all
+            text = f"{body}So the final answer is ${ans}$."
+        out.append({"completion": text, "ground_truth": gold})
+    return out
+
+
+_PROGRAMS = [
+    ("a, b = map(int, input().split())\nprint(a + b)\n", lambda a, b: f"{a + b}\n"),
+    ("a, b = map(int, input().split())\nprint(a * b)\n", lambda a, b: f"{a * b}\n"),
+    ("a, b = map(int, input().split())\nprint(max(a, b))\n", lambda a, b: f"{max(a, b)}\n"),
+    (
+        "a, b = map(int, input().split())\nprint(sum(range(min(a, b), max(a, b) + 1)))\n",
+        lambda a, b: f"{sum(range(min(a, b), max(a, b) + 1))}\n",
+    ),
+    (
+        "import sys\nxs = sorted(map(int, sys.stdin.read().split()))\nprint(*xs)\n",
+        lambda a, b: f"{min(a, b)} {max(a, b)}\n",
+    ),
+    (
+        "def gcd(a, b):\n    while b:\n        a, b = b, a % b\n    return a\n"
+        "a, b = map(int, input().split())\nprint(gcd(abs(a), abs(b)))\n",
+        lambda a, b: f"{__import__('math').gcd(a, b)}\n",
+    ),
+]
+
+
+def python_items(n: int, seed: int = 11) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        code, ref = _PROGRAMS[i % len(_PROGRAMS)]
+        if rng.random() < 0.1:  # a wrong program: off by one
+            code = (
+                code.replace("print(", "print(1 + ", 1)
+                if "print(*" not in code
+                else code.replace("xs)", "xs[::-1])")
+            )
+        tests = []
+        for _ in range(3):
+            a, b = rng.randint(-100, 100), rng.randint(-100, 100)
+            tests.append({"stdin": f"{a} {b}\n", "expected_stdout": ref(a, b)})
+        out.append({"code": f"# program {i}\n" + code, "tests": tests, "compare": "tokens"})
+    return out
+
+
+# --- baselines ----------------------------------------------------------------------------------
+
+_BOX = re.compile(r"\\boxed\{")
+
+
+def _verify_one(item: dict[str, str]) -> bool:
+    from math_verify import parse, verify
+
+    gold = parse("$" + item["ground_truth"] + "$")
+    text = item["completion"]
+    # a user's for-loop: the last boxed answer if any, else the whole text
+    starts = [m.start() for m in _BOX.finditer(text)]
+    pred = parse(text[starts[-1] :] if starts else text)
+    return bool(verify(gold, pred))
+
+
+def _verify_chunk(items: list[dict[str, str]]) -> list[bool]:
+    return [_verify_one(it) for it in items]
+
+
+def _warm() -> int:
+    import math_verify  # noqa: F401
+
+    return os.getpid()
+
+
+def math_baseline(
+    pool: ProcessPoolExecutor, items: list[dict[str, str]], procs: int
+) -> tuple[float, list[bool]]:
+    chunk = max(1, len(items) // (procs * 8))
+    t0 = time.perf_counter()
+    parts = pool.map(_verify_chunk, [items[i : i + chunk] for i in range(0, len(items), chunk)])
+    verdicts = [v for part in parts for v in part]
+    return time.perf_counter() - t0, verdicts
+
+
+def _run_program(work: Path, i: int, item: dict[str, Any]) -> bool:
+    d = work / f"p{i}"
+    d.mkdir(exist_ok=True)
+    (d / "main.py").write_text(item["code"])
+    ok = True
+    for t in item["tests"]:
+        p = subprocess.run(
+            [sys.executable, "main.py"], cwd=d, input=t["stdin"], capture_output=True, text=True, timeout=10
+        )
+        ok = ok and p.returncode == 0 and p.stdout.split() == t["expected_stdout"].split()
+    return ok
+
+
+def python_baseline(items: list[dict[str, Any]], threads: int) -> tuple[float, list[bool]]:
+    with tempfile.TemporaryDirectory(prefix="distrs-bench-py-") as tmp, ThreadPoolExecutor(threads) as ex:
+        t0 = time.perf_counter()
+        verdicts = list(ex.map(lambda a: _run_program(Path(tmp), *a), enumerate(items)))
+        return time.perf_counter() - t0, verdicts
+
+
+# --- the service --------------------------------------------------------------------------------
+
+
+class Service:
+    """``distrs up --insecure --port 0`` in a subprocess, as a user starts it."""
+
+    def __init__(self, log: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DISTRS_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "distrs.cli", "up", "--insecure", "--port", "0"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=open(log, "wb"),  # noqa: SIM115 - owned by the process
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        self.url = ""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                raise RuntimeError(f"distrs up exited; see {log}")
+            m = re.search(r"DistRS is up at (\S+)", line)
+            if m:
+                self.url = m.group(1)
+                return
+        raise RuntimeError("distrs up did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+async def through_service(
+    url: str, task: str, batch: str, reward_type: str, items: list[dict[str, Any]]
+) -> tuple[float, list[Any]]:
+    from distrs_client import AsyncRewardClient
+
+    async with AsyncRewardClient(url, timeout_s=120) as client:
+        t0 = time.perf_counter()
+        await client.start_batch(task, batch, size=len(items), reward_type=reward_type)
+        for i, p in enumerate(items):
+            client.submit(task, batch, f"{batch}-{i}", reward_type, p)
+        results = await client.results(task, batch, timeout=600)
+        return time.perf_counter() - t0, results
+
+
+# --- driver -------------------------------------------------------------------------------------
+
+
+def _compare(
+    name: str, n_items: int, base: list[tuple[float, list[bool]]], svc: list[tuple[float, list[Any]]]
+) -> dict[str, Any]:
+    rates = [n_items / t for t, _ in base]
+    svc_rates = [n_items / t for t, _ in svc]
+    base_rate = sum(rates) / len(rates)
+    svc_rate = sum(svc_rates) / len(svc_rates)
+    statuses: dict[str, int] = {}
+    for r in svc[-1][1]:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    differ = sum(1 for r, b in zip(svc[-1][1], base[0][1], strict=True) if (r.status == "ok") != b)
+    ratio = svc_rate / base_rate
+    return {
+        "items": n_items,
+        "baseline_per_s": [round(r, 1) for r in rates],
+        "service_per_s": [round(r, 1) for r in svc_rates],
+        "ratio": round(ratio, 3),
+        "target": TARGETS[name],
+        "met": ratio >= TARGETS[name],
+        "service_statuses": statuses,
+        "verdicts_differing": differ,
+    }
+
+
+async def _amain(args: argparse.Namespace) -> dict[str, Any]:
+    cores = _cores()
+    maths = math_items(args.math)
+    progs = python_items(args.python)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="distrs-bench-sr-") as tmp:
+        svc = Service(Path(tmp) / "up.log")
+        try:
+            t = time.perf_counter()
+            await through_service(svc.url, "warm", "math", "math", math_items(40, seed=1))
+            await through_service(svc.url, "warm", "py", "python", python_items(20, seed=2))
+            out["warmup_s"] = round(time.perf_counter() - t, 2)
+            print(f"service up at {svc.url}; warm-up {out['warmup_s']} s", flush=True)
+
+            with ProcessPoolExecutor(cores) as pool:
+                for f in [pool.submit(_warm) for _ in range(cores)]:
+                    f.result()
+                math_baseline(pool, maths[:100], cores)  # warm caches
+                mb = [math_baseline(pool, maths, cores)]
+                ms = []
+                for r in range(args.rounds):
+                    ms.append(await through_service(svc.url, "bench-math", f"b{r}", "math", maths))
+                    mb.append(math_baseline(pool, maths, cores))
+            out["math"] = _compare("math", len(maths), mb, ms)
+            print(f"math: {out['math']}", flush=True)
+
+            pb = [python_baseline(progs, cores)]
+            ps = []
+            for r in range(args.rounds):
+                ps.append(await through_service(svc.url, "bench-py", f"b{r}", "python", progs))
+                pb.append(python_baseline(progs, cores))
+            out["python"] = _compare("python", len(progs), pb, ps)
+            print(f"python: {out['python']}", flush=True)
+        finally:
+            svc.stop()
+    out.update(
+        benchmark="short_rewards",
+        command=" ".join([Path(sys.executable).name, *sys.argv]),
+        machine={
+            "cores": cores,
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        },
+    )
+    return out
+
+
+def _markdown(res: dict[str, Any]) -> str:
+    m = res["machine"]
+    lines = [
+        "# Short rewards end to end: `distrs up` (defaults) against in-process",
+        "",
+        f"Machine: {m['cores']} cores, {m['platform']}, Python {m['python']}; "
+        f"load average at the end {', '.join(str(x) for x in m['load_average_at_end'])} "
+        "(the machine is shared; each ratio is measured side by side, interleaved: baseline, then service and baseline again per round).",
+        "",
+        "| workload | baseline (per s, each round) | service (per s, each round) | ratio of the means | target | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    labels = {
+        "math": "math: math-verify in-process, one process per core",
+        "python": "python x 3 tests: plain `python main.py`, one thread per core",
+    }
+    for k in ("math", "python"):
+        r = res[k]
+        b = " / ".join(str(x) for x in r["baseline_per_s"])
+        sv = " / ".join(str(x) for x in r["service_per_s"])
+        lines.append(
+            f"| {labels[k]} ({r['items']:,} items) | {b} | {sv} | {r['ratio']:.2f} "
+            f"| >= {r['target']:.2f} | {'yes' if r['met'] else 'no'} |"
+        )
+    lines += [
+        "",
+        f"Service statuses: math {res['math']['service_statuses']}, python {res['python']['service_statuses']}; "
+        f"verdicts differing from the baseline: math {res['math']['verdicts_differing']}, "
+        f"python {res['python']['verdicts_differing']}.",
+        f"Warm-up (40 math + 20 python requests, includes starting the workers): {res['warmup_s']} s.",
+        "",
+        f"Command: `{res['command']}`",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--math", type=int, default=2000, help="Math completions.")
+    ap.add_argument("--python", type=int, default=300, help="Python programs (3 tests each).")
+    ap.add_argument("--rounds", type=int, default=2, help="Service runs, each followed by a baseline run.")
+    ap.add_argument("--quick", action="store_true", help="Small sizes (smoke test).")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    if args.quick:
+        args.math, args.python, args.rounds = 300, 40, 1
+    res = asyncio.run(_amain(args))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "short_rewards.json").write_text(json.dumps(res, indent=2) + "\n")
+    (args.out / "short_rewards.md").write_text(_markdown(res))
+    print(_markdown(res))
+
+
+if __name__ == "__main__":
+    main()
