@@ -12,7 +12,16 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["proxy_load", "short_rewards", "sandbox", "client", "scaling", "sim_vs_live", "placement", "recovery"]
+ORDER = [
+    "proxy_load",
+    "short_rewards",
+    "sandbox",
+    "client",
+    "scaling",
+    "sim_vs_live",
+    "placement",
+    "recovery",
+]
 
 
 def main() -> int:
