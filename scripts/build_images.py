@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import hashlib
 import os
 import re
@@ -459,10 +460,14 @@ def build(
     tool = tool or pick_tool()
     tag = tag or app_version()
     out = {}
-    for kind in kinds:
-        if kind not in SPECS:
-            raise SystemExit(f"unknown image {kind!r}; known: {', '.join(SPECS)}")
-        out[kind] = build_one(tool, SPECS[kind], registry, tag, force)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # One build at a time per host: the cache, the bases and the image names are shared.
+    with open(CACHE / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for kind in kinds:
+            if kind not in SPECS:
+                raise SystemExit(f"unknown image {kind!r}; known: {', '.join(SPECS)}")
+            out[kind] = build_one(tool, SPECS[kind], registry, tag, force)
     return out
 
 
