@@ -142,11 +142,12 @@ class TLSFront:
 
 @dataclasses.dataclass
 class Container:
-    name: str
+    name: str  # the podman container (unique on the host)
     component: str  # redis | proxy | planner | worker
     stage: str | None
     ip: str
     spec: dict[str, Any]  # the rendered pod spec
+    pod: str = ""  # the pod name (hostname, metadata.name); StatefulSet names repeat across runs
 
 
 @dataclasses.dataclass
@@ -359,8 +360,10 @@ def _start(
             spec.setdefault("volumes", []).append(
                 {"name": vct["metadata"]["name"], "persistentVolumeClaim": {}}
             )
+        pod_name = _pod_name(w)
+        name = f"{pod_name}-{net[-8:]}" if w["kind"] == "StatefulSet" else pod_name  # one per host
         planned.append(
-            (w, Container(_pod_name(w), comp, labels.get("distrs.io/stage"), str(hosts_ip[9 + i]), spec))
+            (w, Container(name, comp, labels.get("distrs.io/stage"), str(hosts_ip[9 + i]), spec, pod_name))
         )
 
     # Services -> the container whose pod labels match the selector.
@@ -378,7 +381,7 @@ def _start(
                 ):
                     hosts[h] = c.ip
                 if w["kind"] == "StatefulSet":
-                    hosts[f"{c.name}.{n}.{NAMESPACE}.svc"] = c.ip
+                    hosts[f"{c.pod}.{n}.{NAMESPACE}.svc"] = c.ip
                 break
 
     # The Kubernetes API the planner sees: the stand-in, behind TLS on the gateway address.
@@ -425,7 +428,7 @@ def _start(
             extra_env=extra_env,
             extra_mounts=extra_mounts,
         )
-        plans.append((c, podspec.plan_pod(c.name, pod, None, cluster, c.ip)))
+        plans.append((c, podspec.plan_pod(c.pod, pod, None, cluster, c.ip, container_name=c.name)))
     for c, plan in plans:
         pod = c.spec
         for d in plan.dirs:

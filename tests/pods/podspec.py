@@ -176,8 +176,12 @@ def plan_pod(
     cluster: Cluster,
     ip: str,
     userns_base: int = 200_000,
+    container_name: str | None = None,
 ) -> PodPlan:
-    """`podman run` arguments for the pod's single container (init/sidecar containers refused)."""
+    """`podman run` arguments for the pod's single container (init/sidecar containers refused).
+
+    `container_name` (default: the pod name) keeps concurrent runs of one StatefulSet apart.
+    """
     if spec.get("initContainers"):
         raise Unsupported("initContainers")
     containers = spec["containers"]
@@ -195,7 +199,8 @@ def plan_pod(
         return csc[key] if key in csc else psc.get(key)
 
     env = _env(c, pod_name, cluster)
-    args = ["--name", pod_name, "--hostname", pod_name[:63], "--pull", "never", "--detach"]
+    name = container_name or pod_name
+    args = ["--name", name, "--hostname", pod_name[:63], "--pull", "never", "--detach"]
     args += ["--network", cluster.network, "--ip", ip]
     for host, host_ip in sorted(cluster.hosts.items()):
         args += ["--add-host", f"{host}:{host_ip}"]
@@ -285,4 +290,4 @@ def plan_pod(
         args += ["--entrypoint", json.dumps(command)]
     args.append(image or c["image"])
     args += cargs
-    return PodPlan(pod_name, args, files, dirs, env, user)
+    return PodPlan(name, args, files, dirs, env, user)
