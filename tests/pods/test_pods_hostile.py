@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures import hostile_programs as hostile
 from tests.pods.cluster import System, auth_header
 from tests.pods.test_pods_release import judge
 
@@ -94,40 +95,17 @@ def hostile_set(s: System) -> dict[str, tuple[str, dict[str, Any]]]:
             print("safe" if not wrote else f"wrote {wrote}")
             """
         ),
-        "1 GiB disk fill": _py(
-            """
-            written = 0
-            try:
-                with open("fill", "wb") as f:
-                    for _ in range(1024):
-                        f.write(b"x" * (1 << 20))
-                        written += 1 << 20
-            except OSError:
-                pass
-            print("safe" if written <= (256 << 20) else f"wrote {written}")
-            """
+        "1 GiB disk fill": (
+            "python",
+            {"code": hostile.DISK_FILL, "tests": [{"stdin": "", "expected_stdout": "safe"}]},
         ),
-        "100,000 files": _py(
-            """
-            made = 0
-            try:
-                for i in range(100_000):
-                    open(f"/tmp/f{i}", "w").close()
-                    made += 1
-            except OSError:
-                pass
-            print("safe" if made <= 10_000 else f"made {made}")
-            """
+        "100,000 files": (
+            "python",
+            {"code": hostile.MANY_FILES, "tests": [{"stdin": "", "expected_stdout": "safe"}]},
         ),
-        "user namespaces and mount": _py(
-            """
-            import ctypes, os
-            libc = ctypes.CDLL(None, use_errno=True)
-            os.makedirs("m", exist_ok=True)
-            got = [libc.unshare(0x10000000) == 0, libc.unshare(0x00020000) == 0,
-                   libc.mount(b"none", b"m", b"tmpfs", 0, None) == 0]
-            print("safe" if not any(got) else f"escaped {got}")
-            """
+        "user namespaces and mount": (
+            "python",
+            {"code": hostile.NAMESPACES_AND_MOUNT, "tests": [{"stdin": "", "expected_stdout": "safe"}]},
         ),
         "fork bomb": _py(
             """

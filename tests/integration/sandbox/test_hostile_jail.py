@@ -19,6 +19,7 @@ from distrs.rewards.judge import JudgeSettings
 from distrs.rewards.python_reward import PythonRunHandler
 from distrs.sandbox import Limits, privileges
 from distrs.sandbox.local import LocalSandbox
+from tests.fixtures import hostile_programs as hostile
 from tests.integration.sandbox.conftest import UID_BASE, UID_COUNT, assert_no_survivors
 
 SETTINGS = JudgeSettings(test_time_s=10.0, memory_mb=512)
@@ -26,7 +27,7 @@ SETTINGS = JudgeSettings(test_time_s=10.0, memory_mb=512)
 
 def run_py(h: PythonRunHandler, code: str, stdin: str = "", **extra: Any) -> StageOutput:
     src = textwrap.dedent(code).strip() + "\n"
-    payload = {"code": src, "tests": [{"stdin": stdin, "expected_stdout": "ok"}], **extra}
+    payload = {"code": src, "tests": [{"stdin": stdin, "expected_stdout": "safe"}], **extra}
     return h.run(StageInput("r", "t", "python", "run", payload, timeout_s=40))
 
 
@@ -34,69 +35,23 @@ def run_py(h: PythonRunHandler, code: str, stdin: str = "", **extra: Any) -> Sta
 def handler(bwrap_sandbox: LocalSandbox) -> Iterator[PythonRunHandler]:
     h = PythonRunHandler(bwrap_sandbox, SETTINGS)
     yield h
-    out = run_py(h, "print('ok')")
+    out = run_py(h, "print('safe')")
     assert out.status is Status.OK and out.score == 1.0, out.detail
     assert_no_survivors()
 
 
 def test_user_namespaces_and_mount_are_refused(handler: PythonRunHandler) -> None:
-    out = run_py(
-        handler,
-        """
-        import ctypes, os
-        libc = ctypes.CDLL(None, use_errno=True)
-        CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
-        results = []
-        results.append(libc.unshare(CLONE_NEWUSER) == -1)
-        results.append(libc.unshare(CLONE_NEWNS) == -1)
-        os.makedirs("m", exist_ok=True)
-        results.append(libc.mount(b"none", b"m", b"tmpfs", 0, None) == -1)
-        print("ok" if all(results) else f"escaped {results}")
-        """,
-    )
+    out = run_py(handler, hostile.NAMESPACES_AND_MOUNT)
     assert out.status is Status.OK, out.detail
 
 
 def test_disk_fill_stops_at_the_session_quota(handler: PythonRunHandler) -> None:
-    out = run_py(
-        handler,
-        """
-        import os
-        written = 0
-        try:
-            with open("fill", "wb") as f:
-                for _ in range(1024):
-                    f.write(b"x" * (1 << 20))
-                    written += 1 << 20
-        except OSError as e:
-            pass
-        for d in ("/tmp", "."):
-            try:
-                with open(os.path.join(d, "more"), "wb") as f:
-                    f.write(b"y" * (64 << 20))
-            except OSError:
-                pass
-        print("ok" if written < (300 << 20) else f"wrote {written}")
-        """,
-        time_limit_s=10,
-    )
+    out = run_py(handler, hostile.DISK_FILL, time_limit_s=10)
     assert out.status is Status.OK, out.detail
 
 
 def test_hundred_thousand_files_stop_at_the_inode_limit(handler: PythonRunHandler) -> None:
-    out = run_py(
-        handler,
-        """
-        made = 0
-        try:
-            for i in range(100_000):
-                open(f"/tmp/f{i}", "w").close()
-                made += 1
-        except OSError:
-            pass
-        print("ok" if made < 20_000 else f"made {made}")
-        """,
-    )
+    out = run_py(handler, hostile.MANY_FILES)
     assert out.status is Status.OK, out.detail
 
 
@@ -124,7 +79,7 @@ def test_localhost_resolves_to_the_jails_own_loopback(handler: PythonRunHandler)
         c = socket.create_connection(("localhost", srv.getsockname()[1]), timeout=2)
         conn, _ = srv.accept()
         c.sendall(b"ok")
-        print(conn.recv(2).decode() if addr == "127.0.0.1" else addr)
+        print("safe" if conn.recv(2) == b"ok" and addr == "127.0.0.1" else addr)
         """,
     )
     assert out.status is Status.OK, out.detail
