@@ -150,8 +150,9 @@ distrs/{{ include "distrs.seccompProfileFile" . }}
 {{- $_ := set $psc "runAsNonRoot" false }}
 {{- $_ := set $psc "runAsUser" 0 }}
 {{- $_ := set $psc "runAsGroup" 0 }}
-{{- $_ := set $psc "seccompProfile" (dict "type" "RuntimeDefault") }}
-{{- else if eq $mode "seccompProfile" }}
+{{- end }}
+{{- if or (eq $mode "userNamespace") (eq $mode "seccompProfile") }}
+{{- /* RuntimeDefault refuses pivot_root (and, without CAP_SYS_ADMIN, unshare and mount) */}}
 {{- $_ := set $psc "seccompProfile" (dict "type" "Localhost" "localhostProfile" (include "distrs.seccompLocalhostProfile" .ctx)) }}
 {{- else }}
 {{- $_ := set $psc "seccompProfile" (dict "type" "RuntimeDefault") }}
@@ -164,9 +165,10 @@ distrs/{{ include "distrs.seccompProfileFile" . }}
 {{- define "distrs.workerContainerSecurity" -}}
 {{- $csc := deepCopy .Values.containerSecurityContext }}
 {{- if eq .Values.sandbox.mode "userNamespace" }}
-{{- /* namespaced capabilities (hostUsers: false): bwrap builds namespaces and mounts, setpriv
-     drops each run to its own uid, the worker cleans up after runs of other uids */}}
-{{- $_ := set $csc "capabilities" (dict "drop" (list "ALL") "add" (list "CHOWN" "DAC_OVERRIDE" "FOWNER" "KILL" "SETGID" "SETPCAP" "SETUID" "SYS_ADMIN")) }}
+{{- /* namespaced capabilities (hostUsers: false): bwrap builds namespaces and mounts and brings
+     up each jail's loopback, setpriv drops each run to its own uid, the worker cleans up after
+     runs of other uids */}}
+{{- $_ := set $csc "capabilities" (dict "drop" (list "ALL") "add" (list "CHOWN" "DAC_OVERRIDE" "FOWNER" "KILL" "NET_ADMIN" "SETGID" "SETPCAP" "SETUID" "SYS_ADMIN")) }}
 {{- end }}
 {{- with .Values.sandbox.appArmorProfile }}{{ $_ := set $csc "appArmorProfile" . }}{{ end }}
 {{- toYaml $csc }}
