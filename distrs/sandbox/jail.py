@@ -143,7 +143,11 @@ def bwrap_args(spec: JailSpec, env: Mapping[str, str], mounts: Mounts) -> list[s
     if mounts.sys:
         args += ["--ro-bind", "/sys", "/sys"]
     args += _parents(JAIL_WORKDIR, bound, made)
-    args += ["--bind", spec.workdir, JAIL_WORKDIR, "--chdir", JAIL_WORKDIR, "--clearenv"]
+    args += ["--bind", spec.workdir, JAIL_WORKDIR]
+    # bwrap's own root and /dev are tmpfs without a size limit that a program in a user namespace
+    # would own: read-only, so the session's quota'd tmpfs (work dir, /tmp) is all it can fill
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    args += ["--chdir", JAIL_WORKDIR, "--clearenv"]
     for k, v in env.items():
         args += ["--setenv", k, v]
     return args

@@ -86,7 +86,8 @@ def hostile_set(s: System) -> dict[str, tuple[str, dict[str, Any]]]:
         "write outside the work dir": _py(
             """
             wrote = []
-            for p in ("/opt/distrs/x", "/usr/x", "/etc/x", "/scratch/x", "/var/run/secrets/x", "/x"):
+            for p in ("/opt/distrs/x", "/usr/x", "/etc/x", "/scratch/x", "/var/run/secrets/x", "/x",
+                      "/dev/x", "/dev/shm/x", "/jail/x"):
                 try:
                     open(p, "w").write("x")
                     wrote.append(p)

@@ -110,3 +110,22 @@ def test_memory_hog_across_processes_is_memory_limit_exceeded(bwrap_sandbox: Loc
         r = s.run([exe, "hog.py"], limits=Limits(wall_s=20, memory_bytes=256 << 20))
     assert r.oom_killed and r.memory_exceeded, (r.describe(), r.stdout, r.stderr[-300:])
     assert_no_survivors()
+
+
+def test_nothing_but_the_session_is_writable(handler: PythonRunHandler) -> None:
+    out = run_py(
+        handler,
+        """
+        wrote = []
+        for p in ("/x", "/etc/x", "/dev/x", "/dev/shm/x", "/jail/x", "/usr/x"):
+            try:
+                open(p, "w").write("x")
+                wrote.append(p)
+            except OSError:
+                pass
+        for p in ("/tmp/x", "/jail/work/x"):
+            open(p, "w").write("x")
+        print("safe" if not wrote else f"wrote {wrote}")
+        """,
+    )
+    assert out.status is Status.OK, out.detail

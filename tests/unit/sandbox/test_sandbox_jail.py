@@ -85,6 +85,9 @@ def test_workdir_and_tmp_are_the_only_writable_binds_and_env_is_explicit() -> No
         ["/host/run-1/work", JAIL_WORKDIR],
     ]
     assert "--tmpfs" not in args
+    # the rest of the jail's own tree is read-only, after every mount is in place
+    assert args[args.index("--remount-ro") :][:4] == ["--remount-ro", "/dev", "--remount-ro", "/"]
+    assert args.index("--remount-ro") > max(i for i, a in enumerate(args) if a == "--bind")
     assert "--clearenv" in args
     setenv = [args[i + 1 : i + 3] for i, a in enumerate(args) if a == "--setenv"]
     assert ["CUDA_VISIBLE_DEVICES", "0"] in setenv
