@@ -502,6 +502,7 @@ def test_user_namespace_mode(rendered: dict[str, Any]) -> None:
         sc = spec["containers"][0]["securityContext"]
         assert sc["capabilities"]["drop"] == ["ALL"]
         assert {"SYS_ADMIN", "NET_ADMIN", "SETUID"} <= set(sc["capabilities"]["add"])
+        assert sc["procMount"] == "Unmasked"
         assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
 
 
