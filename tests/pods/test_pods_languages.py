@@ -4,7 +4,7 @@ The host may lack a language's runtime (its own tests then skip); the worker ima
 here each language must print hello, double a number read from stdin, fail a source that does not
 compile (or parse) with SandboxFusion's statuses, and hit its time limit — through the release as
 users deploy it (tests/pods/cluster.py). User-namespaced worker pods (procMount Unmasked) give each
-jail a /proc of its own, which the JVM, Mono and Racket need; under the default, non-root mode the
+jail a /proc of its own, which the JVM, Mono, Racket and rustc need; under the default, non-root mode the
 container's masked /proc cannot be remounted, and every other language is checked there.
 """
 
@@ -72,7 +72,7 @@ def _check(s: System, lang: str) -> str | None:
     return None
 
 
-NEED_PROC = {"java", "kotlin", "scala", "csharp", "racket"}
+NEED_PROC = {"java", "kotlin", "scala", "csharp", "racket", "rust"}
 
 
 def _run_all(s: System, langs: list[str]) -> dict[str, str]:

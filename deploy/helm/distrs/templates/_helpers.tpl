@@ -169,7 +169,7 @@ distrs/{{ include "distrs.seccompProfileFile" . }}
      up each jail's loopback, setpriv drops each run to its own uid, the worker cleans up after
      runs of other uids */}}
 {{- $_ := set $csc "capabilities" (dict "drop" (list "ALL") "add" (list "CHOWN" "DAC_OVERRIDE" "FOWNER" "KILL" "NET_ADMIN" "SETGID" "SETPCAP" "SETUID" "SYS_ADMIN")) }}
-{{- /* an unmasked /proc lets each jail mount a /proc of its own (the JVM, Mono and Racket read
+{{- /* an unmasked /proc lets each jail mount a /proc of its own (the JVM, Mono, Racket and rustc read
      /proc/self/exe); Kubernetes allows it only with hostUsers: false */}}
 {{- $_ := set $csc "procMount" "Unmasked" }}
 {{- end }}
