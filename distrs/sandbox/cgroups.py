@@ -91,16 +91,13 @@ class RunCgroup:
         self.memory = roots.memory / name
         self.pids = roots.pids / name if roots.pids is not None and roots.pids != roots.memory else None
         self._has_pids = roots.pids is not None
-        self._limits: tuple[int | None, int | None] | None = None
         self.memory.mkdir(exist_ok=True)
         if self.pids is not None:
             self.pids.mkdir(exist_ok=True)
 
     def set(self, memory_bytes: int | None, pids: int | None) -> None:
-        """Apply a run's limits (only when they differ from the last run's)."""
-        if self._limits == (memory_bytes, pids):
-            return
-        self._limits = None
+        """Apply a run's limits. Written before every run: the cgroup of a uid is shared by every
+        sandbox on the host that draws from the same uid pool (worker processes of other stages)."""
         if self.version == 2:
             _write(self.memory / "memory.max", "max" if memory_bytes is None else str(memory_bytes))
             with contextlib.suppress(OSError):
@@ -118,15 +115,18 @@ class RunCgroup:
             # the jail's own processes (bwrap, its init, setpriv/prlimit) count here too; the
             # program's own budget is RLIMIT_NPROC
             _write(target / "pids.max", "max" if pids is None else str(pids + PIDS_HEADROOM))
-        self._limits = (memory_bytes, pids)
 
     def empty(self) -> bool:
-        """No process is left in the cgroups (a finished run's PID namespace dies asynchronously)."""
+        """No task is left in the cgroups (a finished run's PID namespace dies asynchronously, and
+        an exited task still counts against pids.max until it is released)."""
         for d in (self.memory, self.pids):
             if d is None:
                 continue
             try:
                 if (d / "cgroup.procs").read_text().strip():
+                    return False
+                current = d / "pids.current"
+                if current.exists() and current.read_text().strip() not in ("", "0"):
                     return False
             except OSError:
                 return False
