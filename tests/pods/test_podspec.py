@@ -16,6 +16,10 @@ def cluster(tmp_path: Path, objs: list[dict[str, Any]]) -> podspec.Cluster:
     (tmp_path / "default.json").write_text("{}")
     (tmp_path / "root" / "distrs").mkdir(parents=True, exist_ok=True)
     (tmp_path / "root" / "distrs" / "sandbox.json").write_text("{}")
+    for o in objs:  # the chart's own profile, where its installer would put it
+        if o["kind"] == "ConfigMap" and (o["metadata"].get("labels") or {}).get("distrs.io/seccomp-profiles"):
+            for key, text in o["data"].items():
+                (tmp_path / "root" / "distrs" / key).write_text(text)
     return podspec.Cluster(
         namespace="rewards",
         secrets={o["metadata"]["name"]: podspec.secret_data(o) for o in objs if o["kind"] == "Secret"},
