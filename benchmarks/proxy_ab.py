@@ -17,11 +17,9 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,19 +44,7 @@ class TreeProxy(pl.Proxy):
         self.proc = subprocess.Popen(
             [*cmd, "--log-level", "warning"], env=env, cwd=self.root, stdout=log, stderr=subprocess.STDOUT
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"proxy exited; see {log.name}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    s.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
-                    if b" 200 " in s.recv(256):
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("proxy did not become ready")
+        pl.wait_ready(self.proc, self.port, log.name)
 
 
 async def _one(root: Path, work: Path, n: int) -> dict[str, float]:

@@ -71,6 +71,23 @@ TARGETS = {
 # --- a minimal keep-alive HTTP/1.1 client -------------------------------------------------------
 
 
+def wait_ready(proc: subprocess.Popen[bytes], port: int, log_name: str, timeout_s: float = 60) -> None:
+    """Poll the proxy on 127.0.0.1:``port`` until ``/readyz`` answers 200 (or it exits)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"proxy exited; see {log_name}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+                if b" 200 " in s.recv(256):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("proxy did not become ready")
+
+
 class Http:
     """One keep-alive connection; requests on it are sequential. ``Http.calls`` counts every call
     made (all connections), so a phase can report the HTTP calls it took per lifecycle."""
@@ -161,19 +178,7 @@ class Proxy:
             cmd += ["--log-level", "warning"]
         log = open(self.workdir / f"proxy-{self.port}.log", "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"proxy exited; see {log.name}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    s.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
-                    if b" 200 " in s.recv(256):
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("proxy did not become ready")
+        wait_ready(self.proc, self.port, log.name)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
