@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -104,24 +105,43 @@ async def _parse(request: Request, model: type[M]) -> M:
 )
 async def lease(request: Request) -> Response:
     """Long-poll for the head of a stage's queue: 200 with a lease, or 204 after ``wait_s``."""
-    st, _ = authorize(request, Role.WORKER)
-    body = await _parse(request, LeaseRequest)
-    _known_stage(st, body.stage)
-    holder = holder_of(request, st)
-    st.workers[body.worker_id] = (body.stage, st.clock())
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(body.wait_s, st.settings.max_wait_s)
-    ttl = st.settings.lease_ttl_s
-    while True:
-        got = await st.store.lease(body.stage, body.worker_id, st.clock(), ttl, holder=holder)
-        if got is not None:
+
+    async def take(st: AppState, body: LeaseRequest, holder: str, ttl: float) -> Response | None:
+        while (
+            got := await st.store.lease(body.stage, body.worker_id, st.clock(), ttl, holder=holder)
+        ) is not None:
             view = got.model_dump(mode="json", exclude={"holder"})
             view["heartbeat_s"] = heartbeat_period(ttl)
             try:
                 return JSONResponse(view)
             except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
                 await _end_unrenderable(st, got, holder, exc)
-                continue
+        return None
+
+    return await _long_poll(request, LeaseRequest, take)
+
+
+_Poll = TypeVar("_Poll", LeaseRequest, LeaseBundleRequest)
+
+
+async def _long_poll(
+    request: Request,
+    model: type[_Poll],
+    take: Callable[[AppState, _Poll, str, float], Awaitable[Response | None]],
+) -> Response:
+    """Shared by the lease routes: check the caller and the stage, then ask ``take`` for work
+    until it answers or ``wait_s`` has passed (204)."""
+    st, _ = authorize(request, Role.WORKER)
+    body = await _parse(request, model)
+    _known_stage(st, body.stage)
+    holder = holder_of(request, st)
+    st.workers[body.worker_id] = (body.stage, st.clock())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(body.wait_s, st.settings.max_wait_s)
+    while True:
+        answer = await take(st, body, holder, st.settings.lease_ttl_s)
+        if answer is not None:
+            return answer
         left = deadline - loop.time()
         if left <= 0:
             return Response(status_code=204)
@@ -173,15 +193,8 @@ async def complete(lease_id: str, request: Request) -> JSONResponse:
 async def lease_bundle(request: Request) -> Response:
     """Long-poll for up to ``max_items`` requests of a stage in queue order (EBF, FCFS within a
     batch), each its own lease: 200 ``{leases, heartbeat_s}`` with at least one, or 204."""
-    st, _ = authorize(request, Role.WORKER)
-    body = await _parse(request, LeaseBundleRequest)
-    _known_stage(st, body.stage)
-    holder = holder_of(request, st)
-    st.workers[body.worker_id] = (body.stage, st.clock())
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(body.wait_s, st.settings.max_wait_s)
-    ttl = st.settings.lease_ttl_s
-    while True:
+
+    async def take(st: AppState, body: LeaseBundleRequest, holder: str, ttl: float) -> Response | None:
         got = await st.store.lease_many(body.stage, body.worker_id, st.clock(), ttl, body.max_items, holder)
         views: list[bytes] = []
         for lease in got:
@@ -189,13 +202,12 @@ async def lease_bundle(request: Request) -> Response:
                 views.append(orjson.dumps(lease.model_dump(mode="json", exclude={"holder"})))
             except (TypeError, ValueError) as exc:
                 await _end_unrenderable(st, lease, holder, exc)
-        if views:
-            head = b'{"heartbeat_s":' + orjson.dumps(heartbeat_period(ttl)) + b',"leases":['
-            return Response(head + b",".join(views) + b"]}", media_type="application/json")
-        left = deadline - loop.time()
-        if left <= 0:
-            return Response(status_code=204)
-        await st.store.wait_for_work(body.stage, min(left, 5.0))
+        if not views:
+            return None
+        head = b'{"heartbeat_s":' + orjson.dumps(heartbeat_period(ttl)) + b',"leases":['
+        return Response(head + b",".join(views) + b"]}", media_type="application/json")
+
+    return await _long_poll(request, LeaseBundleRequest, take)
 
 
 @router.post("/heartbeat", openapi_extra=_body_doc(BundleHeartbeatRequest))
