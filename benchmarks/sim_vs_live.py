@@ -26,6 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
+from distrs.config import WorkerSettings
 from distrs.replay.demo import DEFAULT_FIRST_TRACE_S, DEFAULT_SPAN_TRACE_S, run_compressed
 from distrs.scaling.context import PolicyOptions
 from distrs.sim.cluster import ClusterParams, replay
@@ -46,6 +47,7 @@ EMPTY_REQUEST_TRACE_S = 0.001
 # a completion to its next lease: ~5 ms per stage visit, 0.1 trace seconds at this speedup.
 HANDOFF_TRACE_S = 0.1
 SPREAD_SEEDS = range(8)
+_WORKER_DEFAULTS = WorkerSettings.model_fields
 LIVE_RUNS = 3
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -85,6 +87,9 @@ def _params(seed: int = 0, cold_start_s: float = COLD_START_TRACE_S) -> ClusterP
         history_window=HISTORY,
         empty_request_s=EMPTY_REQUEST_TRACE_S,
         handoff_s=HANDOFF_TRACE_S,
+        # The live workers lease bundles (their defaults); the simulator shares the hand-off the same way.
+        max_bundle=_WORKER_DEFAULTS["max_bundle"].default,
+        bundle_target_s=_WORKER_DEFAULTS["bundle_target_s"].default * SPEEDUP,
         options=PolicyOptions(
             default_span_s=DEFAULT_SPAN_TRACE_S, default_first_s=DEFAULT_FIRST_TRACE_S, seed=seed
         ),
