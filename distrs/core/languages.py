@@ -33,6 +33,7 @@ class LanguageSpec(BaseModel):
     memory: Literal["as", "data"] = "as"
     mounts: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    self_exe: str | None = None
     aliases: tuple[str, ...] = ()
 
 

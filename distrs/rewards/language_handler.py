@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import shutil
 
 from distrs.core.languages import LanguageSpec, generic_languages
@@ -47,6 +48,15 @@ def _expand(argv: tuple[str, ...], python: str) -> list[str]:
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
+def self_exe(spec: LanguageSpec) -> str | None:
+    """The real path of the language's ``self_exe`` (what ``/proc/self/exe`` would name for it),
+    or None when it has none or it is not installed."""
+    if spec.self_exe is None:
+        return None
+    found = shutil.which(spec.self_exe, path=JAIL_PATH)
+    return os.path.realpath(found) if found is not None else None
+
+
 def runtime_installed(spec: LanguageSpec, python: str) -> bool:
     if spec.runtime == "{python}":
         return True  # the worker's interpreter, bound into the jail by interpreter()
@@ -74,7 +84,7 @@ class LanguageRunHandler(JudgedHandler):
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         exe, base_mounts = interpreter(self._settings.python)
         spec = self.spec
-        mounts = Mounts(ro_paths=(*base_mounts.ro_paths, *spec.mounts))
+        mounts = Mounts(ro_paths=(*base_mounts.ro_paths, *spec.mounts), self_exe=self_exe(spec))
         env = {k: v.replace("{workdir}", JAIL_WORKDIR) for k, v in spec.env.items()}
         kind = MemoryKind.DATA if spec.memory == "data" else MemoryKind.AS
         budget = stage_budget(inp)
