@@ -46,10 +46,8 @@ def _expand(argv: tuple[str, ...], python: str) -> list[str]:
     return [a.replace("{python}", python).replace("{workdir}", JAIL_WORKDIR) for a in argv]
 
 
-# Programs are found in the jail's PATH (JAIL_PATH): a runtime elsewhere on the host (say under
-# /root) is invisible inside.
-
-
+# Programs are looked up in the jail's PATH (JAIL_PATH): a runtime elsewhere on the host (say
+# under /root) is invisible inside.
 def self_exe(spec: LanguageSpec) -> str | None:
     """The real path of the language's ``self_exe`` (what ``/proc/self/exe`` would name for it),
     or None when it has none or it is not installed."""
