@@ -34,6 +34,7 @@ class LanguageSpec(BaseModel):
     mounts: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     self_exe: str | None = None
+    needs_proc: bool = False
     aliases: tuple[str, ...] = ()
 
 

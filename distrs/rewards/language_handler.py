@@ -88,6 +88,7 @@ class LanguageRunHandler(JudgedHandler):
         self.spec = spec
         self._cache = cache or process_cache(self._settings.compile_cache_mb * MiB)
         self.compiles = 0  # compiler runs of this handler (cache hits do not count)
+        self._has_proc: bool | None = None
 
     def ready(self) -> tuple[bool, str]:
         if not runtime_installed(self.spec, self._settings.python):
@@ -105,6 +106,13 @@ class LanguageRunHandler(JudgedHandler):
         check = self.special_judge(inp, p)
         extra: dict[str, object] = {}
         with sandbox.session() as s:
+            if spec.needs_proc and not self._jail_has_proc(s):
+                return StageOutput.final(
+                    Status.INTERNAL_ERROR,
+                    0.0,
+                    error=f"{self.name} needs /proc, which this worker's jails do not have "
+                    "(sandbox.mode=userNamespace gives them one; docs/sandbox.md)",
+                )
             write_inputs(s, p)
             s.write_file(spec.file, p.code.encode())
             if spec.compile:
@@ -129,6 +137,13 @@ class LanguageRunHandler(JudgedHandler):
             v = run_tests(s, _expand(spec.run, exe), p, limits, budget, env=env, mounts=mounts, check=check)
             files = fetch_outputs(s, p)
         return verdict_output(v, p, sandbox.isolation, files, language=self.name, **extra)
+
+    def _jail_has_proc(self, s: Session) -> bool:
+        """Whether this worker's jails mount a /proc (asked once: the sandbox does not change)."""
+        if self._has_proc is None:
+            r = s.run(["sh", "-c", "test -r /proc/self/maps"], limits=Limits(wall_s=10))
+            self._has_proc = r.ok
+        return self._has_proc
 
     def _compile(
         self,

@@ -82,7 +82,11 @@ def test_time_out(name: str, bwrap_sandbox: LocalSandbox) -> None:
 
 # Mono checks that /proc/self/maps exists and reads its main thread's stack bounds from it
 # (glibc's pthread_getattr_np); no static file can stand in for that (docs/sandbox.md, "/proc").
-NEEDS_PROC = {"csharp"}
+NEEDS_PROC = {n for n, spec in generic_languages().items() if spec.needs_proc}
+
+
+def test_only_csharp_needs_proc() -> None:
+    assert {"csharp"} == NEEDS_PROC
 
 
 @pytest.mark.parametrize("name", sorted(set(LANGS) - NEEDS_PROC - {"pytest"}))
@@ -98,7 +102,16 @@ def test_hello_and_stdin_without_proc(name: str, noproc_sandbox: LocalSandbox) -
 
 @pytest.mark.parametrize("name", sorted(NEEDS_PROC))
 def test_languages_that_need_proc_fail_clearly_without_it(name: str, noproc_sandbox: LocalSandbox) -> None:
+    """Not a compile error for a correct program (a score the model did not earn): the service's
+    own failure, naming what is missing and the mode that has it."""
     h = handler(name, noproc_sandbox)
     out = judge(h, PROGRAMS[name]["hello"], [{"stdin": "", "expected_stdout": "hello"}])
-    assert out.status is not Status.OK and out.score == 0.0
-    assert "/proc" in str(out.detail), out.detail
+    assert out.status is Status.INTERNAL_ERROR and out.score == 0.0
+    assert "needs /proc" in out.detail["error"] and "userNamespace" in out.detail["error"], out.detail
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS_PROC))
+def test_languages_that_need_proc_run_where_the_jail_has_one(name: str, bwrap_sandbox: LocalSandbox) -> None:
+    h = handler(name, bwrap_sandbox)
+    out = judge(h, PROGRAMS[name]["hello"], [{"stdin": "", "expected_stdout": "hello"}])
+    assert out.status is Status.OK, out.detail
