@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from distrs.core.languages import find_language
+from distrs.core.languages import find_language, language_table
 from tests.integration.sandbox.language_programs import PROGRAMS
 from tests.pods.cluster import System, auth_header
 
@@ -73,7 +73,8 @@ def _check(s: System, lang: str) -> str | None:
     return None
 
 
-NEED_PROC = {"csharp"}
+# Languages whose runtime cannot run without /proc (languages.yaml needs_proc: C#).
+NEED_PROC = {name for name, spec in language_table().items() if spec.needs_proc}
 
 
 def _run_all(s: System, langs: list[str]) -> dict[str, str]:
