@@ -33,6 +33,8 @@ class LanguageSpec(BaseModel):
     memory: Literal["as", "data"] = "as"
     mounts: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    self_exe: str | None = None
+    needs_proc: bool = False
     aliases: tuple[str, ...] = ()
 
 

@@ -21,7 +21,7 @@ from typing import ClassVar
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.checker import parse_checker, prepare_checker
-from distrs.rewards.compile_cache import CompileCache, cache_key
+from distrs.rewards.compile_cache import CompileCache, cache_key, tool_identity
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import (
     CaseResult,
@@ -40,8 +40,10 @@ from distrs.rewards.judge import (
 )
 from distrs.sandbox import Sandbox
 from distrs.sandbox import readiness as sandbox_readiness
+from distrs.sandbox.base import default_env
 
 BINARY = "prog"
+JAIL_PATH = default_env()["PATH"]  # where programs are found inside the jail
 CheckFn = Callable[..., CaseResult]
 BINARY_ARTIFACT = "binary"
 
@@ -120,9 +122,9 @@ class CompileHandler(JudgedHandler):
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         timeout = min(self._settings.compile_time_s, p.compile_time_limit_s or math.inf, stage_budget(inp))
         argv = [*self.compiler(), "-o", BINARY, self.source]
-        key = cache_key([inp.reward_type, *argv], p.code, p.files)
+        key = cache_key([inp.reward_type, tool_identity(argv[0], JAIL_PATH), *argv], p.code, p.files)
         cached = self._cache.get(key)
-        if cached is not None:
+        if isinstance(cached, StageOutput):
             if cached.outcome == "next":
                 return StageOutput.next({**cached.artifacts, "compile_cached": "1"})
             return StageOutput.final(

@@ -5,7 +5,8 @@ language's compile command runs once (a failure is ``compile_error``, an overrun
 ``stage: compile``), then its run command runs once per test case through the same
 :func:`run_tests` as the built-in types, with the same payload, limits, comparison and scoring.
 Compiling in the run session keeps every language to one stage (and one artifact-free hop);
-``cpp``, whose binaries are worth shipping to another worker, keeps its own two stages.
+``cpp``, whose binaries are worth shipping to another worker, keeps its own two stages. A
+compile cache per handler makes the same program, sent once per test case, compile once.
 
 A language whose runtime is not installed on this worker is not registered here
 (:func:`installed_languages`), so it cannot make a worker report itself not ready; a request
@@ -16,11 +17,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import shutil
+import stat
 
 from distrs.core.languages import LanguageSpec, generic_languages
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.compile_cache import CompileCache, CompiledFiles, cache_key, process_cache, tool_identity
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import (
     JudgedPayload,
@@ -33,8 +37,8 @@ from distrs.rewards.judge import (
     verdict_output,
     write_inputs,
 )
-from distrs.rewards.judged_handler import JudgedHandler
-from distrs.sandbox import Limits, MemoryKind, Mounts
+from distrs.rewards.judged_handler import JAIL_PATH, JudgedHandler
+from distrs.sandbox import Limits, MemoryKind, Mounts, Session
 from distrs.sandbox.jail import JAIL_WORKDIR
 
 
@@ -42,9 +46,15 @@ def _expand(argv: tuple[str, ...], python: str) -> list[str]:
     return [a.replace("{python}", python).replace("{workdir}", JAIL_WORKDIR) for a in argv]
 
 
-# Where the jail finds programs (distrs.sandbox.base.default_env): a runtime elsewhere on the
-# host (say under /root) is invisible inside.
-JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Programs are looked up in the jail's PATH (JAIL_PATH): a runtime elsewhere on the host (say
+# under /root) is invisible inside.
+def self_exe(spec: LanguageSpec) -> str | None:
+    """The real path of the language's ``self_exe`` (what ``/proc/self/exe`` would name for it),
+    or None when it has none or it is not installed."""
+    if spec.self_exe is None:
+        return None
+    found = shutil.which(spec.self_exe, path=JAIL_PATH)
+    return os.path.realpath(found) if found is not None else None
 
 
 def runtime_installed(spec: LanguageSpec, python: str) -> bool:
@@ -59,12 +69,26 @@ def installed_languages(python: str = "") -> dict[str, LanguageSpec]:
 
 
 class LanguageRunHandler(JudgedHandler):
-    """Compile (if the language has a compile step) and run the tests of one language."""
+    """Compile (if the language has a compile step) and run the tests of one language.
 
-    def __init__(self, name: str, spec: LanguageSpec, **kwargs: object) -> None:
+    Compile outcomes are kept in the worker's :func:`process_cache`, one for every language
+    (``DISTRS_JUDGE_COMPILE_CACHE_MB``), keyed like ``cpp``'s by language, compiler identity and
+    command, source and input files: the same program sent once per test case compiles once on
+    this worker. A successful compile is cached as the top-level files it left in the work dir
+    (replayed into the next session's work dir); one that made anything else there (a
+    directory, a symlink, a file too big to read back) is not cached, so a cached run never
+    differs from a compiled one.
+    """
+
+    def __init__(
+        self, name: str, spec: LanguageSpec, *, cache: CompileCache | None = None, **kwargs: object
+    ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.name = name
         self.spec = spec
+        self._cache = cache or process_cache(self._settings.compile_cache_mb * MiB)
+        self.compiles = 0  # compiler runs of this handler (cache hits do not count)
+        self._has_proc: bool | None = None
 
     def ready(self) -> tuple[bool, str]:
         if not runtime_installed(self.spec, self._settings.python):
@@ -74,47 +98,112 @@ class LanguageRunHandler(JudgedHandler):
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         exe, base_mounts = interpreter(self._settings.python)
         spec = self.spec
-        mounts = Mounts(ro_paths=(*base_mounts.ro_paths, *spec.mounts))
+        mounts = Mounts(ro_paths=(*base_mounts.ro_paths, *spec.mounts), self_exe=self_exe(spec))
         env = {k: v.replace("{workdir}", JAIL_WORKDIR) for k, v in spec.env.items()}
         kind = MemoryKind.DATA if spec.memory == "data" else MemoryKind.AS
         budget = stage_budget(inp)
         sandbox = self.sandbox
         check = self.special_judge(inp, p)
+        extra: dict[str, object] = {}
         with sandbox.session() as s:
+            if spec.needs_proc and not self._jail_has_proc(s):
+                return StageOutput.final(
+                    Status.INTERNAL_ERROR,
+                    0.0,
+                    error=f"{self.name} needs /proc, which this worker's jails do not have "
+                    "(sandbox.mode=userNamespace gives them one; docs/sandbox.md)",
+                )
             write_inputs(s, p)
             s.write_file(spec.file, p.code.encode())
             if spec.compile:
-                timeout = min(self._settings.compile_time_s, p.compile_time_limit_s or math.inf, budget)
-                limits = Limits(
-                    wall_s=timeout,
-                    cpu_s=timeout,
-                    memory_bytes=self._settings.compile_memory_mb * MiB,
-                    memory_kind=kind,
-                    nproc=256,
-                    fsize_bytes=256 * MiB,
-                    nofile=1024,
-                    output_bytes=256 * 1024,
-                    tmpfs_bytes=256 * MiB,
-                )
-                r = s.run(_expand(spec.compile, exe), limits=limits, env=env, mounts=mounts)
-                compiler_output = snippet(r.stderr + r.stdout, 8000)
-                if r.timed_out:
+                argv = _expand(spec.compile, exe)
+                key = cache_key([self.name, tool_identity(argv[0], JAIL_PATH), *argv], p.code, p.files)
+                cached = self._cache.get(key)
+                if isinstance(cached, StageOutput):  # the compiler's refusal, as it was
                     return StageOutput.final(
-                        Status.TIMEOUT,
-                        0.0,
-                        stage="compile",
-                        reason=r.describe(),
-                        compiler_output=compiler_output,
+                        cached.status or Status.COMPILE_ERROR, 0.0, **cached.detail, compile_cached=True
                     )
-                if not r.ok:
-                    return StageOutput.final(
-                        Status.COMPILE_ERROR, 0.0, reason=r.describe(), compiler_output=compiler_output
-                    )
-                budget = max(0.5, budget - r.wall_s)
+                if isinstance(cached, CompiledFiles):
+                    for name, data, executable in cached.files:
+                        s.write_file(name, data, executable=executable)
+                    extra["compile_cached"] = True
+                else:
+                    timeout = min(self._settings.compile_time_s, p.compile_time_limit_s or math.inf, budget)
+                    failed, wall_s = self._compile(s, key, argv, timeout, env, mounts, kind)
+                    if failed is not None:
+                        return failed
+                    budget = max(0.5, budget - wall_s)
             limits = case_limits(p, self._settings, Limits(memory_kind=kind, nproc=256, nofile=1024))
             v = run_tests(s, _expand(spec.run, exe), p, limits, budget, env=env, mounts=mounts, check=check)
             files = fetch_outputs(s, p)
-        return verdict_output(v, p, sandbox.isolation, files, language=self.name)
+        return verdict_output(v, p, sandbox.isolation, files, language=self.name, **extra)
+
+    def _jail_has_proc(self, s: Session) -> bool:
+        """Whether this worker's jails mount a /proc (asked once: the sandbox does not change)."""
+        if self._has_proc is None:
+            r = s.run(["sh", "-c", "test -r /proc/self/maps"], limits=Limits(wall_s=10))
+            self._has_proc = r.ok
+        return self._has_proc
+
+    def _compile(
+        self,
+        s: Session,
+        key: str,
+        argv: list[str],
+        timeout: float,
+        env: dict[str, str],
+        mounts: Mounts,
+        kind: MemoryKind,
+    ) -> tuple[StageOutput | None, float]:
+        """Run the compiler: (the final result when it failed, else None; its wall time). The
+        outcome goes into the cache unless it timed out or left files that cannot be replayed."""
+        limits = Limits(
+            wall_s=timeout,
+            cpu_s=timeout,
+            memory_bytes=self._settings.compile_memory_mb * MiB,
+            memory_kind=kind,
+            nproc=256,
+            fsize_bytes=256 * MiB,
+            nofile=1024,
+            output_bytes=256 * 1024,
+            tmpfs_bytes=256 * MiB,
+        )
+        self.compiles += 1
+        r = s.run(argv, limits=limits, env=env, mounts=mounts)
+        compiler_output = snippet(r.stderr + r.stdout, 8000)
+        if r.timed_out:
+            return StageOutput.final(
+                Status.TIMEOUT, 0.0, stage="compile", reason=r.describe(), compiler_output=compiler_output
+            ), r.wall_s
+        if not r.ok:
+            failed = StageOutput.final(
+                Status.COMPILE_ERROR, 0.0, reason=r.describe(), compiler_output=compiler_output
+            )
+            self._cache.put(key, failed)
+            return failed, r.wall_s
+        compiled = self._compiled_files(s, env)
+        if compiled is not None:
+            self._cache.put(key, compiled)
+        return None, r.wall_s
+
+    def _compiled_files(self, s: Session, env: dict[str, str]) -> CompiledFiles | None:
+        """Every top-level regular file of the work dir but the source (input files included, as
+        the compiler left them); None when something else is there. The language's own build
+        caches under the work dir (``env`` values such as ``GOCACHE``) are not needed to run."""
+        skip = {self.spec.file}
+        skip |= {
+            v[len(JAIL_WORKDIR) + 1 :].split("/")[0] for v in env.values() if v.startswith(JAIL_WORKDIR + "/")
+        }
+        files = []
+        for entry in os.scandir(s.path):
+            if entry.name in skip:
+                continue
+            data = s.read_file(entry.name, self._settings.compile_cache_mb * MiB)
+            if data is None:  # a directory, a symlink, something too big: compile every time
+                return None
+            executable = bool(entry.stat(follow_symlinks=False).st_mode & stat.S_IXUSR)
+            files.append((entry.name, data, executable))
+        return CompiledFiles(tuple(sorted(files)))
 
 
 @functools.cache

@@ -147,6 +147,9 @@ class Mounts:
     ro_paths: tuple[str, ...] = ()
     dev_paths: tuple[str, ...] = ()
     sys: bool = False  # /sys read-only (the CUDA runtime reads it)
+    # In a jail without /proc: the target of a static /proc/self/exe symlink (a runtime that
+    # finds its own files from its path, e.g. rustc's sysroot); ignored where /proc is mounted
+    self_exe: str | None = None
 
 
 class SandboxError(RuntimeError):

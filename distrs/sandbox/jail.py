@@ -15,6 +15,11 @@ The jail, outermost first::
   let a program call ``unshare(CLONE_NEWUSER)`` and mount inside it).
 * The only writable places are the session's work dir (``/jail/work``) and ``/tmp``, both on the
   session's own tmpfs with a size and an inode limit (``local.py``).
+* Where the container's masked ``/proc`` forbids a fresh procfs, a jail has no ``/proc``; a run
+  may ask for a static ``/proc/self/exe`` symlink instead (``Mounts.self_exe``) for runtimes that
+  locate their own files through it (rustc, Racket, the JVM launchers' ``$ORIGIN``). The
+  container's own ``/proc`` is never bound in: jails sharing the worker's uid could read each
+  other's memory through it.
 * ``prlimit`` applies the rlimits innermost, inside the namespaces: RLIMIT_NPROC counts per uid
   and user namespace, so a worker's own threads never count against a run's process budget.
 """
@@ -138,6 +143,11 @@ def bwrap_args(spec: JailSpec, env: Mapping[str, str], mounts: Mounts) -> list[s
     args += ["--dev", "/dev"]
     if spec.proc:  # a fresh procfs for the new PID namespace: it shows only the jail's processes
         args += ["--proc", "/proc"]
+    elif mounts.self_exe is not None:
+        # No procfs (the container masks its own): a symlink on the jail's read-only root, naming
+        # a file the jail already sees and nothing about any process
+        args += ["--perms", "0755", "--dir", "/proc", "--perms", "0755", "--dir", "/proc/self"]
+        args += ["--symlink", mounts.self_exe, "/proc/self/exe"]
     for p in mounts.dev_paths:
         args += ["--dev-bind-try", p, p]
     if mounts.sys:

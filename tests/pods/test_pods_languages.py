@@ -4,8 +4,9 @@ The host may lack a language's runtime (its own tests then skip); the worker ima
 here each language must print hello, double a number read from stdin, fail a source that does not
 compile (or parse) with SandboxFusion's statuses, and hit its time limit — through the release as
 users deploy it (tests/pods/cluster.py). User-namespaced worker pods (procMount Unmasked) give each
-jail a /proc of its own, which the JVM, Mono, Racket and rustc need; under the default, non-root mode the
-container's masked /proc cannot be remounted, and every other language is checked there.
+jail a /proc of its own; under the default, non-root mode the container's masked /proc cannot be
+remounted, and every language but C# (Mono needs /proc/self/maps) is checked there: the JVM
+languages, rustc and Racket get a static /proc/self/exe (languages.yaml ``self_exe``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from distrs.core.languages import find_language
+from distrs.core.languages import find_language, language_table
 from tests.integration.sandbox.language_programs import PROGRAMS
 from tests.pods.cluster import System, auth_header
 
@@ -72,7 +73,8 @@ def _check(s: System, lang: str) -> str | None:
     return None
 
 
-NEED_PROC = {"java", "kotlin", "scala", "csharp", "racket", "rust"}
+# Languages whose runtime cannot run without /proc (languages.yaml needs_proc: C#).
+NEED_PROC = {name for name, spec in language_table().items() if spec.needs_proc}
 
 
 def _run_all(s: System, langs: list[str]) -> dict[str, str]:

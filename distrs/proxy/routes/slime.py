@@ -8,9 +8,10 @@ no headers, so everything else is in the URL too: ``?token=``, ``reward_type=`` 
 proxy's ``compat_reward_type``), ``reward_key=``, ``task=``.
 
 Only ``response`` is graded (never the prompt); ``label`` is the ground truth, or the tests for a
-code type (as for ``/get_reward``). slime gives each POST 30 s and retries failures up to 10 times
-with exponential backoff: the route answers 504 after 25 s at most, and the batch id is derived
-from the body, so a retry waits on the batch the first attempt started instead of running again.
+code type (as for ``/get_reward``). slime (v0.3.1) gives each POST 120 s and retries failures up
+to 10 times with exponential backoff: the route answers 504 after 115 s at most, and the batch id
+is derived from the body, so a retry waits on the batch the first attempt started instead of
+running again.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from distrs.proxy.schemas import ID_PATTERN
 
 router = APIRouter(tags=["compat"])
 
-SLIME_CLIENT_TIMEOUT_S = 30.0
+SLIME_CLIENT_TIMEOUT_S = 120.0  # slime's remote_rm session: aiohttp.ClientTimeout(total=120)
 SLIME_WAIT_S = SLIME_CLIENT_TIMEOUT_S - 5.0
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _ID = re.compile(ID_PATTERN)

@@ -1,5 +1,6 @@
-"""How verl's sandbox client calls ``/run_code``, reproduced call for call (checked against verl
-0.9.1); the OpenRLHF tests load OpenRLHF's own client instead (``framework_sources.py``).
+"""How verl's sandbox client calls ``/run_code`` and slime's ``remote_rm`` posts a sample,
+reproduced call for call (checked against verl 0.9.1 and slime v0.3.1); the OpenRLHF, verl
+utility and TRL tests load those projects' own code instead (``framework_sources.py``).
 
 * verl (``verl/utils/reward_score/sandbox_fusion/utils.py``, ``call_sandbox_api``): ``requests.post``
   of a JSON string with ``Content-Type`` and ``Accept: application/json``; the payload holds
@@ -63,18 +64,20 @@ def verl_call_sandbox_api(
     return None, last_error, attempt + 1
 
 
-async def slime_remote_rm(url: str, sample: dict[str, Any], max_retries: int = 3) -> Any:
-    """slime's ``remote_rm`` (``slime/rollout/rm_hub/__init__.py``; slime is not on PyPI, checked
-    against its source): one aiohttp POST of ``{"prompt", "response", "label"}`` with a 30 s total
-    timeout, ``raise_for_status``, retried with exponential backoff; returns the parsed JSON, which
-    slime keeps as the reward (``reward[K]`` with ``--reward-key K``). Backoff shortened here."""
+async def slime_remote_rm(url: str, sample: dict[str, Any], max_retries: int = 10) -> Any:
+    """slime's ``remote_rm`` (``slime/rollout/rm_hub/__init__.py``, checked against slime v0.3.1,
+    commit a6272da, and main at 624b824; slime is not on PyPI - ``test_slime.py`` also runs the
+    real module where a checkout is given): one aiohttp POST of ``{"prompt", "response",
+    "label"}`` on a session with a 120 s total timeout, ``raise_for_status``, up to 10 attempts
+    with a backoff of ``min(2**attempt, 30)`` s plus jitter; returns the parsed JSON, which slime
+    keeps as the reward (``reward[K]`` with ``--reward-key K``). Backoff shortened here."""
     import asyncio
 
     import aiohttp
 
     body = {"prompt": sample["prompt"], "response": sample["response"], "label": sample["label"]}
-    timeout = aiohttp.ClientTimeout(total=30)
-    connector = aiohttp.TCPConnector(force_close=True)
+    timeout = aiohttp.ClientTimeout(total=120)
+    connector = aiohttp.TCPConnector(limit=64, enable_cleanup_closed=True)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         for attempt in range(max_retries):
             try:
@@ -84,5 +87,5 @@ async def slime_remote_rm(url: str, sample: dict[str, Any], max_retries: int = 3
             except Exception:
                 if attempt + 1 >= max_retries:
                     raise
-                await asyncio.sleep(0.05 * 2**attempt)
+                await asyncio.sleep(0.01 * min(2**attempt, 30))
     return None

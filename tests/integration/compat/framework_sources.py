@@ -11,6 +11,7 @@ had (no network), the test is skipped with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -18,6 +19,7 @@ import sys
 import types
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,3 +109,64 @@ def openrlhf_agent() -> types.ModuleType:
 def verl_sandbox_utils() -> types.ModuleType:
     """``verl.utils.reward_score.sandbox_fusion.utils`` (requests only)."""
     return load_module(*VERL, "verl/utils/reward_score/sandbox_fusion/utils.py")
+
+
+SLIME_SOURCE_ENV = "DISTRS_SLIME_SOURCE"
+
+
+@dataclasses.dataclass
+class SlimeSample:
+    """Stand-in for ``slime.utils.types.Sample`` (which imports torch): the fields ``rm_hub`` reads."""
+
+    prompt: str | list[dict[str, str]] = ""
+    response: str = ""
+    label: str | None = None
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    custom_rm_path: str | None = None
+
+
+def slime_rm_hub() -> types.ModuleType:
+    """slime's ``slime/rollout/rm_hub/__init__.py`` (``remote_rm``, ``async_rm``,
+    ``batched_async_rm``) from the slime checkout that ``DISTRS_SLIME_SOURCE`` names.
+
+    slime is not published on PyPI, so there is no wheel to fetch: without a checkout the test is
+    skipped (the reproduction in ``framework_clients.py`` covers the protocol then). Stubs stand
+    in for what the remote path does not use: ``slime.utils.types`` (its ``Sample`` imports
+    torch), ``slime.utils.misc.load_function`` (custom reward functions) and the rule-based graders
+    the module imports beside it (``deepscaler``, ``f1``, ``gpqa``, ``math_dapo_utils``,
+    ``math_utils``: sympy and pylatexenc).
+    """
+    root = os.environ.get(SLIME_SOURCE_ENV)
+    path = Path(root or ".") / "slime" / "rollout" / "rm_hub" / "__init__.py"
+    if not root or not path.is_file():
+        pytest.skip(f"slime is not on PyPI: set {SLIME_SOURCE_ENV} to a slime checkout to run its own client")
+    name = "slime.rollout.rm_hub"
+    if name in sys.modules:
+        return sys.modules[name]
+    for pkg in ("slime", "slime.utils", "slime.rollout"):
+        m = types.ModuleType(pkg)
+        m.__path__ = []
+        sys.modules.setdefault(pkg, m)
+
+    def unused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a rule-based grader of slime is not what this test runs")
+
+    stubs = {
+        "slime.utils.types": {"Sample": SlimeSample},
+        "slime.utils.misc": {"load_function": unused},
+        f"{name}.deepscaler": {"get_deepscaler_rule_based_reward": unused},
+        f"{name}.f1": {"f1_score": unused},
+        f"{name}.gpqa": {"compute_gpqa_reward": unused},
+        f"{name}.math_dapo_utils": {"compute_score": unused},
+        f"{name}.math_utils": {"extract_answer": unused, "grade_answer_verl": unused},
+    }
+    for mod_name, attrs in stubs.items():
+        mod = types.ModuleType(mod_name)
+        mod.__dict__.update(attrs)
+        sys.modules.setdefault(mod_name, mod)
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -78,3 +78,27 @@ def test_unknown_language_lists_the_known_ones(compat_service: Service) -> None:
     assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "language"
     msg = r.json()["error"]["message"]
     assert all(name in msg for name in language_table())
+
+
+def test_one_run_code_per_test_case_compiles_once(lang_service: Service) -> None:
+    """verl's sandbox client sends the same program once per test case: the (one) run worker
+    compiles it for the first call and serves the others from its compile cache."""
+    if not runtime_installed(language_table()["c"], ""):
+        pytest.skip("c: gcc is not installed on this host")
+    code = PROGRAMS["c"]["stdin"] + "\n/* compiled once */\n"
+    batches = []
+    for i, n in enumerate((21, 5, 8)):
+        batch = f"cc-once-{i}"
+        body = {"code": code, "stdin": f"{n}\n", "language": "c", "compile_timeout": 60, "run_timeout": 10}
+        r = requests.post(
+            f"{lang_service.url}/run_code?token={TRAINER_A}",
+            json=body,
+            headers={"X-DistRS-Batch": batch},
+            timeout=120,
+        )
+        assert r.status_code == 200 and r.json()["status"] == "Success", r.text
+        assert r.json()["run_result"]["stdout"].strip() == str(2 * n)
+        batches.append(batch)
+    with lang_service.client() as c:
+        details = [c.get(f"/v1/requests/sandboxfusion/{b}-0").json()["result"]["detail"] for b in batches]
+    assert [d.get("compile_cached", False) for d in details] == [False, True, True], details

@@ -1,34 +1,29 @@
-"""The TRL adapter, called the way TRL 1.16's ``GRPOTrainer._calculate_rewards`` calls a
-synchronous reward function: ``prompts=``, ``completions=``, ``completion_ids=``, every other
-dataset column as a keyword list, plus ``trainer_state``, ``log_extra`` and ``log_metric``; a
-``None`` in the returned list becomes NaN ("no reward") and the list must have one entry per row."""
+"""The TRL adapter, called by TRL 1.16.0's own ``GRPOTrainer._calculate_rewards`` (run from
+the published wheel with numpy standing in for torch: ``trl_reward_loop.py``): ``prompts=``,
+``completions=``, ``completion_ids=``, every other dataset column as a keyword list, plus
+``trainer_state``, ``log_extra`` and ``log_metric``; a ``None`` in the returned list becomes NaN
+("no reward"), the list must have one entry per row (TRL raises otherwise), and the rewards of
+several functions are summed with ``reward_weights``, NaN left out."""
 
 from __future__ import annotations
 
+import logging
 import math
-from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+import pytest
 from distrs_client import RewardClient
 from distrs_client.adapters.trl import DistrsReward
 from distrs_client.retry import RetryPolicy
 
 from tests.fixtures.service import TRAINER_A, Service, free_port
+from tests.integration.compat.trl_reward_loop import calculate_rewards, trl_functions, weighted_rewards
 
 
 def trl_calls(reward: DistrsReward, rows: list[dict[str, Any]], step: int = 0) -> list[float]:
-    """TRL's own steps around a sync reward function (trl/trainer/grpo_trainer.py, 1.16.0)."""
-    prompts = [r["prompt"] for r in rows]
-    completions = [r["completion"] for r in rows]
-    keys = [k for k in rows[0] if k not in ("prompt", "completion", "completion_ids")]
-    kwargs: dict[str, Any] = {k: [r[k] for r in rows] for k in keys}
-    kwargs["trainer_state"] = SimpleNamespace(global_step=step)
-    kwargs["log_extra"] = lambda *a, **k: None
-    kwargs["log_metric"] = lambda *a, **k: None
-    out = reward(prompts=prompts, completions=completions, completion_ids=[[1]] * len(rows), **kwargs)
-    out = [r if r is not None else math.nan for r in out]
-    assert len(out) == len(prompts)  # TRL raises otherwise
-    return [float(x) for x in out]
+    """The rewards TRL's reward step gets from ``reward`` alone (NaN for ``None``)."""
+    return [float(x) for x in calculate_rewards([reward], rows, step)[:, 0]]
 
 
 def rows(*triples: tuple[str, str, str]) -> list[dict[str, Any]]:
@@ -89,3 +84,45 @@ def test_reward_types_endpoint(compat_service: Service) -> None:
         body = c.get("/v1/reward-types").json()
     assert {"math", "python", "cpp"} <= set(body["reward_types"])
     assert body["reward_types"]["cpp"]["stages"] == ["compile", "run"]
+
+
+def test_trl_itself_calls_it_as_a_sync_function_and_refuses_a_wrong_length() -> None:
+    _, is_async_callable = trl_functions()
+    assert not is_async_callable(DistrsReward("http://127.0.0.1:1"))  # TRL calls it in line, not on its loop
+
+    def short(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        return [1.0]
+
+    with pytest.raises(ValueError, match="returned 1 rewards, but 2 were expected"):
+        calculate_rewards([short], rows(("a", "1", "math"), ("b", "1", "math")))
+
+
+def test_reward_weights_leave_out_the_rows_it_cannot_score(compat_service: Service) -> None:
+    """With another reward function beside it, a ``None`` row keeps the other function's reward
+    (NaN is left out of TRL's weighted sum) instead of a 0 the completion did not earn."""
+
+    def length_bonus(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        assert kwargs["ground_truth"] == ["2", "2", "2"] and kwargs["trainer_state"].global_step == 3
+        return [0.5] * len(completions)
+
+    with RewardClient(compat_service.url, TRAINER_A) as client:
+        f = DistrsReward(task="trl-weights", client=client)
+        per_func = calculate_rewards(
+            [f, length_bonus],
+            rows(
+                ("\\boxed{2}", "2", "math"), ("\\boxed{3}", "2", "math"), ("\\boxed{2}", "2", "no-such-type")
+            ),
+            step=3,
+        )
+    assert per_func[:2, 0].tolist() == [1.0, 0.0] and math.isnan(per_func[2, 0])
+    assert weighted_rewards(per_func, [2.0, 1.0]).tolist() == [2.5, 0.5, 0.5]
+
+
+def test_a_row_no_function_can_score_is_logged_by_trl_not_raised(
+    compat_service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    with RewardClient(compat_service.url, TRAINER_A) as client, caplog.at_level(logging.WARNING):
+        f = DistrsReward(task="trl-allnone", client=client)
+        per_func = calculate_rewards([f], rows(("\\boxed{2}", "2", "nope")))
+    assert np.isnan(per_func).all()
+    assert "All reward functions returned None" in caplog.text and "'reward_type': 'nope'" in caplog.text

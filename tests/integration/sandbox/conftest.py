@@ -30,6 +30,18 @@ def bwrap_sandbox(tmp_path: Path) -> Iterator[LocalSandbox]:
     yield LocalSandbox(settings, BWRAP)
 
 
+@pytest.fixture
+def noproc_sandbox(tmp_path: Path) -> Iterator[LocalSandbox]:
+    """The jail of the default, non-root worker pod: the container masks its /proc, so the probe
+    turns ``mount_proc`` off (distrs.sandbox.factory) and jails have no /proc. Emulated here by
+    turning it off ourselves."""
+    settings = sandbox_settings(tmp_path).model_copy(update={"mount_proc": False})
+    reason = probe_bwrap(settings)
+    if reason is not None:
+        pytest.skip(f"bwrap sandbox unavailable here: {reason}")
+    yield LocalSandbox(settings, BWRAP)
+
+
 def sandbox_processes(marker: str | None = None) -> list[tuple[int, str]]:
     """Live processes of the sandbox uid range (as root) or whose command line has ``marker``."""
     found = []

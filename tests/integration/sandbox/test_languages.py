@@ -1,6 +1,7 @@
 """Every language of languages.yaml through the generic judged handler in the real jail:
 hello world, a stdin case, a source that does not compile, and a time-out. A language whose
-runtime is not installed on this host is skipped, saying which executable is missing."""
+runtime is not installed on this host is skipped, saying which executable is missing. The same
+without /proc (the default, non-root worker pod): every language but C# (Mono) runs there."""
 
 from __future__ import annotations
 
@@ -77,3 +78,40 @@ def test_time_out(name: str, bwrap_sandbox: LocalSandbox) -> None:
         assert out.status is Status.TIMEOUT, out.detail
         return
     assert out.status is Status.TIMEOUT and out.score == 0.0, out.detail
+
+
+# Mono checks that /proc/self/maps exists and reads its main thread's stack bounds from it
+# (glibc's pthread_getattr_np); no static file can stand in for that (docs/sandbox.md, "/proc").
+NEEDS_PROC = {n for n, spec in generic_languages().items() if spec.needs_proc}
+
+
+def test_only_csharp_needs_proc() -> None:
+    assert {"csharp"} == NEEDS_PROC
+
+
+@pytest.mark.parametrize("name", sorted(set(LANGS) - NEEDS_PROC - {"pytest"}))
+def test_hello_and_stdin_without_proc(name: str, noproc_sandbox: LocalSandbox) -> None:
+    h = handler(name, noproc_sandbox)
+    progs = PROGRAMS[name]
+    out = judge(h, progs["hello"], [{"stdin": "", "expected_stdout": "hello"}])
+    assert out.status is Status.OK and out.score == 1.0, out.detail
+    cases = [{"stdin": "21\n", "expected_stdout": "42"}, {"stdin": "5\n", "expected_stdout": "10"}]
+    out = judge(h, progs["stdin"], cases)
+    assert out.status is Status.OK and out.score == 1.0, out.detail
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS_PROC))
+def test_languages_that_need_proc_fail_clearly_without_it(name: str, noproc_sandbox: LocalSandbox) -> None:
+    """Not a compile error for a correct program (a score the model did not earn): the service's
+    own failure, naming what is missing and the mode that has it."""
+    h = handler(name, noproc_sandbox)
+    out = judge(h, PROGRAMS[name]["hello"], [{"stdin": "", "expected_stdout": "hello"}])
+    assert out.status is Status.INTERNAL_ERROR and out.score == 0.0
+    assert "needs /proc" in out.detail["error"] and "userNamespace" in out.detail["error"], out.detail
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS_PROC))
+def test_languages_that_need_proc_run_where_the_jail_has_one(name: str, bwrap_sandbox: LocalSandbox) -> None:
+    h = handler(name, bwrap_sandbox)
+    out = judge(h, PROGRAMS[name]["hello"], [{"stdin": "", "expected_stdout": "hello"}])
+    assert out.status is Status.OK, out.detail

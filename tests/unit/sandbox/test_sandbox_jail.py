@@ -132,3 +132,22 @@ def test_fallback_command_is_limits_around_argv() -> None:
     assert fallback_command(["a"], limits=Limits(), uid=None)[0] == "prlimit"
     cmd = fallback_command(["a"], limits=Limits(), uid=61001, trampoline=["sh", "-c", "j"])
     assert cmd[:4] == ["sh", "-c", "j", "setpriv"] and cmd[-1] == "a" and "prlimit" in cmd
+
+
+def test_without_proc_a_run_may_get_a_static_self_exe_link_and_nothing_else_of_proc() -> None:
+    mounts = Mounts(self_exe="/usr/lib/jvm/jdk/bin/java")
+    args = bwrap_args(_spec(proc=False), {}, mounts)
+    assert "--proc" not in args and not any(
+        a.startswith("/proc") and a != "/proc" for a in _pairs(args, "--ro-bind")
+    )
+    assert [args[i + 1 : i + 3] for i, a in enumerate(args) if a == "--symlink"][-1] == [
+        "/usr/lib/jvm/jdk/bin/java",
+        "/proc/self/exe",
+    ]
+    assert "/proc/self" in _pairs(args, "--dir")
+    # made on the jail's root before it is remounted read-only: the program cannot change it
+    assert args.index("/proc/self/exe") < args.index("--remount-ro")
+    # where a fresh procfs is mounted, it is the real one; without self_exe there is no /proc at all
+    with_proc = bwrap_args(_spec(proc=True), {}, mounts)
+    assert _pairs(with_proc, "--proc") == ["/proc"] and "/proc/self/exe" not in with_proc
+    assert not any(a.startswith("/proc") for a in bwrap_args(_spec(proc=False), {}, Mounts()))
