@@ -24,6 +24,7 @@ from distrs.metrics import Metrics
 from distrs.proxy import errors
 from distrs.proxy.auth import TokenTable
 from distrs.proxy.deps import AppState
+from distrs.proxy.gc_policy import GcPolicy
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes import catalog, ops, trainer, worker
 from distrs.store.base import QueueStore
@@ -124,9 +125,12 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await state.store.start()
         task = asyncio.create_task(_reaper(state))
+        gc_policy = GcPolicy()
+        gc_policy.install()  # after start-up: short collector pauses from here on (gc_policy.py)
         try:
             yield
         finally:
+            gc_policy.uninstall()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
