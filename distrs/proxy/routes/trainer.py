@@ -36,7 +36,7 @@ from distrs.rewards.routing import route
 from distrs.store.base import NewRequest
 from distrs.store.errors import UnknownBatch
 
-router = APIRouter(prefix="/v1", tags=["trainer"])
+router = APIRouter(prefix="/v1", tags=["trainer"], default_response_class=JSONResponse)
 TaskPath = Path(pattern=ID_PATTERN, description=f"Task id ({ID_RULE}).")
 BatchPath = Path(pattern=ID_PATTERN, description=f"Batch id ({ID_RULE}).")
 RequestPath = Path(pattern=ID_PATTERN, description=f"Request id ({ID_RULE}).")
