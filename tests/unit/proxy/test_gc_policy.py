@@ -106,3 +106,20 @@ def test_cycle_frozen_while_alive_is_freed_by_the_sweep(clean: None) -> None:
         assert gc.get_freeze_count() > 0  # and freezing goes on after it
     finally:
         policy.uninstall()
+
+
+async def test_the_app_runs_under_the_policy_while_it_serves(clean: None) -> None:
+    from distrs.config import ProxySettings
+    from distrs.proxy.app import create_app
+
+    before = list(gc.callbacks)
+    app = create_app(ProxySettings(insecure=True))
+    async with app.router.lifespan_context(app):
+        assert gc.get_freeze_count() > 0
+        added = [cb for cb in gc.callbacks if cb not in before]
+        assert len(added) == 1
+        survivor = [Node() for _ in range(100)]
+        gc.collect()
+        assert gc.get_freeze_count() >= len(survivor)
+    assert gc.get_freeze_count() == 0
+    assert gc.callbacks == before
