@@ -59,7 +59,9 @@ async def _one(root: Path, work: Path, n: int, rate: float, seconds: float) -> d
         bundled = await pl.phase_throughput(p.port, n, 1000, 8, 4, "bundle", bundle=32)
         c2 = p.cpu_s()
         # the proxy now holds the records of 2n + 2,000 requests, as a long-running one would
+        wait0 = p.sched_s()[1]
         lat = await pl.phase_latency(p.port, rate, seconds, 64, task="lat")
+        wait = p.sched_s()[1] - wait0
     finally:
         p.stop()
     return {
@@ -73,6 +75,8 @@ async def _one(root: Path, work: Path, n: int, rate: float, seconds: float) -> d
         "dispatch_max_ms": lat["dispatch"]["max_ms"],
         "generator_lag_p99_ms": lat["generator_lag"]["p99_ms"],
         "generator_lag_max_ms": lat["generator_lag"]["max_ms"],
+        # seconds the proxy was ready to run but another process held the core (latency run)
+        "proxy_runqueue_wait_s": round(wait, 2),
     }
 
 
@@ -85,14 +89,15 @@ def _markdown(res: dict[str, Any]) -> str:
         "",
         "| run | one lease per call: lifecycles/s | CPU ms per lifecycle | bundles of 32: lifecycles/s "
         f"| CPU ms per lifecycle | at {res['rate']:.0f} req/s: submit / complete / dispatch p99 (ms) "
-        "| dispatch max (ms) | generator lag p99 / max (ms) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| dispatch max (ms) | generator lag p99 / max (ms) | proxy run-queue wait (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, (name, r) in enumerate(res["runs"]):
         lines.append(
             f"| {i + 1}. {name} | {r['one_lease_per_s']} | {r['one_lease_cpu_ms']} | {r['bundled_per_s']} "
             f"| {r['bundled_cpu_ms']} | {r['submit_p99_ms']} / {r['complete_p99_ms']} / {r['dispatch_p99_ms']} "
-            f"| {r['dispatch_max_ms']} | {r['generator_lag_p99_ms']} / {r['generator_lag_max_ms']} |"
+            f"| {r['dispatch_max_ms']} | {r['generator_lag_p99_ms']} / {r['generator_lag_max_ms']} "
+            f"| {r.get('proxy_runqueue_wait_s', '—')} |"
         )
     m = res["means"]
     lines += [

@@ -199,6 +199,14 @@ class Proxy:
                 vals[k] = int(v.split()[0]) / 1024
         return vals["VmRSS"], vals["VmHWM"]
 
+    def sched_s(self) -> tuple[float, float]:
+        """(seconds run, seconds waited on a run queue) of the proxy's event-loop thread so far
+        (``/proc/PID/schedstat``): the wait is the time it was ready but another process had
+        the core."""
+        assert self.proc is not None
+        run_ns, wait_ns, _ = Path(f"/proc/{self.proc.pid}/schedstat").read_text().split()
+        return int(run_ns) / 1e9, int(wait_ns) / 1e9
+
     def cpu_s(self) -> float:
         assert self.proc is not None
         f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -686,7 +694,9 @@ def _markdown(res: dict[str, Any]) -> str:
             f"latency run {lat['completed']} requests at {lat['achieved_submit_rate']} req/s achieved "
             f"({lat['late_sends']} sends more than 5 ms late; the generator's own event loop woke a 5 ms "
             f"timer late by p50 {g['p50_ms']} / p99 {g['p99_ms']} / max {g['max_ms']} ms, which is in the "
-            "round trips above but not the proxy's)."
+            "round trips above but not the proxy's; the proxy ran "
+            f"{lat.get('proxy_run_s', '?')} s and waited {lat.get('proxy_runqueue_wait_s', '?')} s on a "
+            "run queue for a core held by another process)."
         )
     sa = res["store_alone"]
     lines += [
@@ -753,7 +763,12 @@ async def _one_store(
         print(
             f"{name} throughput, bundles of {args.bundle}: {bun['lifecycles_per_s']} lifecycles/s", flush=True
         )
+        run0, wait0 = proxy.sched_s()
         lat = await phase_latency(proxy.port, args.rate, args.seconds, args.workers, task=f"lat-{name}")
+        run1, wait1 = proxy.sched_s()
+        # how much of the latency phase the proxy spent ready to run but not running (other
+        # processes on the machine): delays the proxy's code cannot remove
+        lat["proxy_run_s"], lat["proxy_runqueue_wait_s"] = round(run1 - run0, 2), round(wait1 - wait0, 2)
         print(
             f"latency: submit p50 {lat['submit']['p50_ms']} ms p99 {lat['submit']['p99_ms']} ms; "
             f"complete p50 {lat['complete']['p50_ms']} p99 {lat['complete']['p99_ms']}; "
