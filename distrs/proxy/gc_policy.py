@@ -9,13 +9,14 @@ it keeps (about 12 tracked objects per finished request). Measured with
 added latency; the pause grows without bound with the store.
 
 What: ``GcPolicy.install`` freezes what is alive after start-up (``gc.freeze``, O(1): imported
-code and settings are never garbage), and after every full pass it freezes the survivors again. Everything that survived a full pass was reachable at that moment,
-so the next full pass only walks the objects promoted since. Freezing has one cost: an object
-frozen while alive that later becomes part of an unreachable reference cycle is not freed
-(objects freed by reference counting, which is nearly all of them, still are). So at most every
-``sweep_interval_s`` the policy unfreezes everything and the next full pass walks the whole heap
-once (``sweep_due``), which frees such cycles; that one pause is as long as today's every pause,
-but comes once per interval instead of every time the heap grows by a quarter.
+code and settings are never garbage), and after every full pass it freezes the survivors again.
+Everything that survived a full pass was reachable at that moment, so the next full pass only
+walks the objects promoted since. Freezing has one cost: an object frozen while alive that later
+becomes part of an unreachable reference cycle is not freed (objects freed by reference counting,
+which is nearly all of them, still are). So at most every ``sweep_interval_s`` the policy
+unfreezes everything and the next full pass walks the whole heap once (``sweep_due``), which
+frees such cycles; that one pause is as long as a full pass without the policy, but it comes once
+per interval instead of every time the heap grows by a quarter.
 
 Nothing here changes what is collected apart from that delay, and nothing reads a clock for a
 decision except through the ``clock`` it is given. ``uninstall`` (the app's shutdown) undoes it.
