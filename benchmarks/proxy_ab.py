@@ -3,8 +3,9 @@
 The older revision is exported with ``git archive`` into a temporary folder and its proxy runs
 from there (same interpreter, same installed libraries); the two proxies (memory store) take
 turns, ``--rounds`` times each, on the same ``proxy_load`` throughput runs: one lease per call
-(64 workers) and bundles of up to 32 (8 workers). Reported per run: lifecycles/s and the proxy's
-CPU ms per lifecycle (the steadier figure on a shared machine).
+(64 workers) and bundles of up to 32 (8 workers), then the same latency run at ``--rate`` req/s
+(added latency p99 per call, and the load generator's own lateness apart). Reported per run:
+lifecycles/s and the proxy's CPU ms per lifecycle (the steadier figure on a shared machine).
 
     .venv/bin/python benchmarks/proxy_ab.py --base REV     # writes benchmarks/results/proxy_ab.{json,md}
 
@@ -47,7 +48,7 @@ class TreeProxy(pl.Proxy):
         pl.wait_ready(self.proc, self.port, log.name)
 
 
-async def _one(root: Path, work: Path, n: int) -> dict[str, float]:
+async def _one(root: Path, work: Path, n: int, rate: float, seconds: float) -> dict[str, float]:
     p = TreeProxy(root, work)
     p.start()
     try:
@@ -57,6 +58,10 @@ async def _one(root: Path, work: Path, n: int) -> dict[str, float]:
         c1 = p.cpu_s()
         bundled = await pl.phase_throughput(p.port, n, 1000, 8, 4, "bundle", bundle=32)
         c2 = p.cpu_s()
+        # the proxy now holds the records of 2n + 2,000 requests, as a long-running one would
+        wait0 = p.sched_s()[1]
+        lat = await pl.phase_latency(p.port, rate, seconds, 64, task="lat")
+        wait = p.sched_s()[1] - wait0
     finally:
         p.stop()
     return {
@@ -64,6 +69,14 @@ async def _one(root: Path, work: Path, n: int) -> dict[str, float]:
         "one_lease_cpu_ms": round(1000 * (c1 - c0) / n, 3),
         "bundled_per_s": bundled["lifecycles_per_s"],
         "bundled_cpu_ms": round(1000 * (c2 - c1) / n, 3),
+        "submit_p99_ms": lat["submit"]["p99_ms"],
+        "complete_p99_ms": lat["complete"]["p99_ms"],
+        "dispatch_p99_ms": lat["dispatch"]["p99_ms"],
+        "dispatch_max_ms": lat["dispatch"]["max_ms"],
+        "generator_lag_p99_ms": lat["generator_lag"]["p99_ms"],
+        "generator_lag_max_ms": lat["generator_lag"]["max_ms"],
+        # seconds the proxy was ready to run but another process held the core (latency run)
+        "proxy_runqueue_wait_s": round(wait, 2),
     }
 
 
@@ -75,20 +88,26 @@ def _markdown(res: dict[str, Any]) -> str:
         "(a shared 2-core machine: the CPU per lifecycle is the steadier figure).",
         "",
         "| run | one lease per call: lifecycles/s | CPU ms per lifecycle | bundles of 32: lifecycles/s "
-        "| CPU ms per lifecycle |",
-        "|---|---|---|---|---|",
+        f"| CPU ms per lifecycle | at {res['rate']:.0f} req/s: submit / complete / dispatch p99 (ms) "
+        "| dispatch max (ms) | generator lag p99 / max (ms) | proxy run-queue wait (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, (name, r) in enumerate(res["runs"]):
         lines.append(
             f"| {i + 1}. {name} | {r['one_lease_per_s']} | {r['one_lease_cpu_ms']} | {r['bundled_per_s']} "
-            f"| {r['bundled_cpu_ms']} |"
+            f"| {r['bundled_cpu_ms']} | {r['submit_p99_ms']} / {r['complete_p99_ms']} / {r['dispatch_p99_ms']} "
+            f"| {r['dispatch_max_ms']} | {r['generator_lag_p99_ms']} / {r['generator_lag_max_ms']} "
+            f"| {r.get('proxy_runqueue_wait_s', '—')} |"
         )
     m = res["means"]
     lines += [
         "",
         f"Means, before -> after: one lease per call {m['before']['one_lease_cpu_ms']} -> "
         f"{m['after']['one_lease_cpu_ms']} ms CPU per lifecycle; bundles {m['before']['bundled_cpu_ms']} -> "
-        f"{m['after']['bundled_cpu_ms']} ms.",
+        f"{m['after']['bundled_cpu_ms']} ms; dispatch p99 {m['before']['dispatch_p99_ms']} -> "
+        f"{m['after']['dispatch_p99_ms']} ms, submit p99 {m['before']['submit_p99_ms']} -> "
+        f"{m['after']['submit_p99_ms']} ms (generator lag p99 {m['before']['generator_lag_p99_ms']} / "
+        f"{m['after']['generator_lag_p99_ms']} ms).",
         "",
         f"Command: `{res['command']}`",
         "",
@@ -101,8 +120,14 @@ def main() -> None:
     ap.add_argument("--base", required=True, help="The revision to compare with (git rev).")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--requests", type=int, default=6000)
+    ap.add_argument("--rate", type=float, default=500.0, help="Submits per second in the latency run.")
+    ap.add_argument("--seconds", type=float, default=6.0, help="Length of the latency run.")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
+    # the generator's own collector pauses would show up as proxy latency (as in proxy_load)
+    from distrs.proxy.gc_policy import GcPolicy
+
+    GcPolicy().install()
     load0 = [round(x, 2) for x in os.getloadavg()]
     runs: list[tuple[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="distrs-ab-") as tmp:
@@ -114,19 +139,17 @@ def main() -> None:
         subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
         for _ in range(args.rounds):
             for name, root in (("before", base), ("after", ROOT)):
-                r = asyncio.run(_one(root, Path(tmp), args.requests))
+                r = asyncio.run(_one(root, Path(tmp), args.requests, args.rate, args.seconds))
                 print(name, r, flush=True)
                 runs.append((name, r))
     means = {
-        name: {
-            k: round(sum(r[k] for n, r in runs if n == name) / args.rounds, 3)
-            for k in ("one_lease_per_s", "one_lease_cpu_ms", "bundled_per_s", "bundled_cpu_ms")
-        }
+        name: {k: round(sum(r[k] for n, r in runs if n == name) / args.rounds, 3) for k in runs[0][1]}
         for name in ("before", "after")
     }
     res = {
         "benchmark": "proxy_ab",
         "base": args.base,
+        "rate": args.rate,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "load_average_at_start": load0,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],

@@ -199,6 +199,14 @@ class Proxy:
                 vals[k] = int(v.split()[0]) / 1024
         return vals["VmRSS"], vals["VmHWM"]
 
+    def sched_s(self) -> tuple[float, float]:
+        """(seconds run, seconds waited on a run queue) of the proxy's event-loop thread so far
+        (``/proc/PID/schedstat``): the wait is the time it was ready but another process had
+        the core."""
+        assert self.proc is not None
+        run_ns, wait_ns, _ = Path(f"/proc/{self.proc.pid}/schedstat").read_text().split()
+        return int(run_ns) / 1e9, int(wait_ns) / 1e9
+
     def cpu_s(self) -> float:
         assert self.proc is not None
         f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -455,6 +463,8 @@ async def phase_latency(
         finally:
             pool.put_nowait(c)
 
+    lag_ms: list[float] = []
+    ticker = asyncio.create_task(_loop_lag(lag_ms))
     start = time.perf_counter()
     subs = []
     for i in range(n):
@@ -467,6 +477,7 @@ async def phase_latency(
         subs.append(asyncio.create_task(submit(i)))
     await asyncio.gather(*subs)
     achieved = n / (time.perf_counter() - start)
+    ticker.cancel()
     deadline = time.monotonic() + 30
     while stats["completed"] < n and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
@@ -490,7 +501,23 @@ async def phase_latency(
         "submit": summary(submit_lat),
         "complete": summary(stats["complete"]),
         "dispatch": summary(stats["dispatch"]),
+        # the load generator's own lateness: how late its event loop woke a 5 ms timer while it
+        # sent (its delays are in every round trip above, but are not the proxy's)
+        "generator_lag": {
+            "n": len(lag_ms),
+            "p50_ms": round(_pct(lag_ms, 50), 3),
+            "p99_ms": round(_pct(lag_ms, 99), 3),
+            "max_ms": round(max(lag_ms), 3) if lag_ms else float("nan"),
+        },
     }
+
+
+async def _loop_lag(out: list[float], period_s: float = 0.005) -> None:
+    """Record how late this process's event loop wakes a ``period_s`` timer, in ms."""
+    while True:
+        t0 = time.perf_counter()
+        await asyncio.sleep(period_s)
+        out.append(max(0.0, (time.perf_counter() - t0 - period_s) * 1000))
 
 
 # --- phase 0: the store alone (no HTTP) ---------------------------------------------------------
@@ -656,7 +683,7 @@ def _markdown(res: dict[str, Any]) -> str:
     ]
     for name in ("memory", "redis"):
         t, lat = runs[name]["throughput"], runs[name]["latency"]
-        b = runs[name]["bundled"]
+        b, g = runs[name]["bundled"], runs[name]["latency"]["generator_lag"]
         lines.append(
             f"{name}, bundles: {b['requests']:,} requests in {b['elapsed_s']} s, proxy CPU {b['proxy_cpu_s']} s, "
             f"HTTP errors {b['http_errors']}."
@@ -665,7 +692,11 @@ def _markdown(res: dict[str, Any]) -> str:
             f"{name}: {t['requests']:,} requests in {t['elapsed_s']} s, batches of {t['batch_size']} "
             f"({t['batches_in_flight']} in flight), proxy CPU {t['proxy_cpu_s']} s, HTTP errors {t['http_errors']}; "
             f"latency run {lat['completed']} requests at {lat['achieved_submit_rate']} req/s achieved "
-            f"({lat['late_sends']} sends more than 5 ms late)."
+            f"({lat['late_sends']} sends more than 5 ms late; the generator's own event loop woke a 5 ms "
+            f"timer late by p50 {g['p50_ms']} / p99 {g['p99_ms']} / max {g['max_ms']} ms, which is in the "
+            "round trips above but not the proxy's; the proxy ran "
+            f"{lat.get('proxy_run_s', '?')} s and waited {lat.get('proxy_runqueue_wait_s', '?')} s on a "
+            "run queue for a core held by another process)."
         )
     sa = res["store_alone"]
     lines += [
@@ -732,7 +763,12 @@ async def _one_store(
         print(
             f"{name} throughput, bundles of {args.bundle}: {bun['lifecycles_per_s']} lifecycles/s", flush=True
         )
+        run0, wait0 = proxy.sched_s()
         lat = await phase_latency(proxy.port, args.rate, args.seconds, args.workers, task=f"lat-{name}")
+        run1, wait1 = proxy.sched_s()
+        # how much of the latency phase the proxy spent ready to run but not running (other
+        # processes on the machine): delays the proxy's code cannot remove
+        lat["proxy_run_s"], lat["proxy_runqueue_wait_s"] = round(run1 - run0, 2), round(wait1 - wait0, 2)
         print(
             f"latency: submit p50 {lat['submit']['p50_ms']} ms p99 {lat['submit']['p99_ms']} ms; "
             f"complete p50 {lat['complete']['p50_ms']} p99 {lat['complete']['p99_ms']}; "
@@ -842,6 +878,10 @@ def main() -> None:
         args.floor_seconds = 3.0
     if shutil.which("redis-server") is None:
         raise SystemExit("redis-server is not installed (make system-deps)")
+    # the generator's own collector pauses would show up as proxy latency: same policy as the proxy
+    from distrs.proxy.gc_policy import GcPolicy
+
+    GcPolicy().install()
     res = asyncio.run(_amain(args))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "proxy_load.json").write_text(json.dumps(res, indent=2) + "\n")

@@ -24,6 +24,7 @@ from distrs.metrics import Metrics
 from distrs.proxy import errors
 from distrs.proxy.auth import TokenTable
 from distrs.proxy.deps import AppState
+from distrs.proxy.gc_policy import GcPolicy
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes import catalog, ops, trainer, worker
 from distrs.store.base import QueueStore
@@ -124,9 +125,12 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await state.store.start()
         task = asyncio.create_task(_reaper(state))
+        gc_policy = GcPolicy()
+        gc_policy.install()  # after start-up: short collector pauses from here on (gc_policy.py)
         try:
             yield
         finally:
+            gc_policy.uninstall()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -144,9 +148,13 @@ def create_app(
     )
     app.state.distrs = state
     errors.install(app, settings.retry_after_s)
-    # The worker routes first: they take most calls, and FastAPI tries routers in order.
-    app.include_router(worker.router)
-    app.include_router(trainer.router)
+    # The worker routes first, then the trainer's: they take most calls, and routes are tried in
+    # order (before the documentation pages, too). They sit on the app's own router rather than
+    # in included ones: FastAPI matches an included router again on every call (about a tenth of
+    # a lease's CPU). Their routers carry everything an inclusion would add (prefix, tags, and
+    # for the trainer routes this app's response class; the worker routes return their
+    # responses themselves).
+    app.router.routes[0:0] = [*worker.router.routes, *trainer.router.routes]
     app.include_router(ops.router)
     app.include_router(catalog.router)
     with contextlib.suppress(ImportError):

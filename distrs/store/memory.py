@@ -430,6 +430,7 @@ class MemoryStore:
                 continue
             live = BatchLive(batch=batch.model_copy())
             sample = batch.reward_type in finished_types
+            finished: list[RequestRecord] = []
             for rid in self._batch_requests[key]:
                 rec = self._requests[(batch.task, rid)]
                 if rec.state is RequestState.QUEUED:
@@ -441,7 +442,9 @@ class MemoryStore:
                     started = ls.started_at if ls else now
                     live.running_elapsed.setdefault(rec.stage, []).append(max(0.0, now - started))
                 elif sample:
-                    live.finished.append(request_profile(batch, rec).s)
-            live.finished = finished_sample(live.finished)  # evenly spaced over submission order
+                    finished.append(rec)
+            # evenly spaced over submission order; profiles only for the sample (a 16k batch
+            # would otherwise cost 16k profiles per planner decision)
+            live.finished = [request_profile(batch, rec).s for rec in finished_sample(finished)]
             snap.batches.append(live)
         return snap

@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from distrs.core.model import BatchInfo, RequestState
+from distrs.core.model import BatchInfo, RequestState, Result
 from distrs.proxy import body as json_body
 from distrs.proxy.auth import Principal, Role, public_task
 from distrs.proxy.deps import AppState, act_as, authorize, get_state, trainer
@@ -36,7 +36,8 @@ from distrs.rewards.routing import route
 from distrs.store.base import NewRequest
 from distrs.store.errors import UnknownBatch
 
-router = APIRouter(prefix="/v1", tags=["trainer"])
+router = APIRouter(prefix="/v1", tags=["trainer"], default_response_class=JSONResponse)
+_RESULTS = TypeAdapter(list[Result])
 TaskPath = Path(pattern=ID_PATTERN, description=f"Task id ({ID_RULE}).")
 BatchPath = Path(pattern=ID_PATTERN, description=f"Batch id ({ID_RULE}).")
 RequestPath = Path(pattern=ID_PATTERN, description=f"Request id ({ID_RULE}).")
@@ -221,16 +222,18 @@ async def batch_results(
         await st.store.wait_batch(who.scope(task), batch_id, min(left, 5.0))
         batch = await _batch_for(st, who, task, batch_id)
     results = await st.store.batch_results(who.scope(task), batch_id)
-    body = BatchResults(
-        task=task,
-        batch_id=batch_id,
-        size=batch.size,
-        done=batch.done,
-        complete=batch.complete,
-        results=[r.model_dump(mode="json") for r in results],
-        extra_delay_s=batch.extra_delay_s,
-    )
-    return JSONResponse(body.model_dump(mode="json"))
+    # BatchResults' fields in its order, built directly: validating and dumping a 16k-result body
+    # through the model again cost about 120 ms of event loop; the results are dumped in one call
+    body = {
+        "task": task,
+        "batch_id": batch_id,
+        "size": batch.size,
+        "done": batch.done,
+        "complete": batch.complete,
+        "results": _RESULTS.dump_python(results, mode="json"),
+        "extra_delay_s": batch.extra_delay_s,
+    }
+    return JSONResponse(body)
 
 
 @router.get("/batches/{task}/{batch_id}/events")

@@ -58,12 +58,16 @@ local function queue_score(policy, bkey)
   return '0'
 end
 
-local function enqueue(qkey, stages_key, stage, reqkey, seq, score, now)
+-- bq: the batch's queued-set key when the caller has it (submit), else read from the request;
+-- stages_key false: the caller adds the stage to the stage set itself (once per call).
+local function enqueue(qkey, stages_key, stage, reqkey, seq, score, now, bq)
   local member = string.format('%020d', tonumber(seq)) .. reqkey
   redis.call('ZADD', qkey, score, member)
-  local bq = redis.call('HGET', reqkey, 'k_queued')
+  bq = bq or redis.call('HGET', reqkey, 'k_queued')
   redis.call('ZADD', bq, now, stage .. '\n' .. reqkey)
-  redis.call('SADD', stages_key, stage)
+  if stages_key then
+    redis.call('SADD', stages_key, stage)
+  end
   return member
 end
 
@@ -124,12 +128,17 @@ end
 
 -- Record a request's final result (exactly once) and complete its batch when it is the last.
 -- result_body: the Result JSON without "request_id" and "stages"; both are spliced in here.
-local function finish(reqkey, result_body, status, now, ctx)
+-- last_stage: a stage record JSON to append to the request's stages first (or nil), written
+-- with the result in one HSET.
+local function finish(reqkey, result_body, status, now, ctx, last_stage)
   local r = redis.call('HMGET', reqkey, 'k_batch', 'seq', 'stages', 'arrived_at', 'request_id')
   local bkey, seq, stages = r[1], r[2], r[3]
+  if last_stage then
+    stages = append_json(stages, last_stage)
+  end
   local result = '{"request_id":' .. cjson.encode(r[5]) .. ',' .. string.sub(result_body, 2, -2)
     .. ',"stages":' .. stages .. '}'
-  redis.call('HSET', reqkey, 'state', 'done', 'result', result, 'artifacts', '{}')
+  redis.call('HSET', reqkey, 'state', 'done', 'result', result, 'artifacts', '{}', 'stages', stages)
   redis.call('HDEL', reqkey, 'lease')
   local b = redis.call('HMGET', bkey, 'k_results', 'k_profile', 'rollout_started_at',
     'registered_at', 'size', 'tmax', 'completed_at')
@@ -188,12 +197,12 @@ local function take_head(qkey, leases_key, lkey, now, ttl, worker, lease_id, sta
     local member = head[1]
     local reqkey = string.sub(member, 21)
     local r = redis.call('HMGET', reqkey, 'request_id', 'task', 'batch_id', 'reward_type', 'payload',
-      'artifacts', 'stage_enqueued_at', 'k_queued', 'state')
+      'artifacts', 'stage_enqueued_at', 'k_queued', 'state', 'attempts')
     -- a queue entry whose request vanished (expired or deleted by an operator) is dropped
     if r[1] and r[9] == 'queued' then
       redis.call('ZREM', r[8], stage .. '\n' .. reqkey)
-      local attempt = redis.call('HINCRBY', reqkey, 'attempts', 1)
-      redis.call('HSET', reqkey, 'state', 'running', 'lease', lkey)
+      local attempt = tonumber(r[10] or '0') + 1
+      redis.call('HSET', reqkey, 'state', 'running', 'lease', lkey, 'attempts', attempt)
       local deadline = fmt(now + tonumber(ttl))
       redis.call('HSET', lkey, 'lease_id', lease_id, 'k_req', reqkey, 'k_queue', qkey,
         'member', member, 'stage', stage, 'worker', worker, 'holder', holder, 'deadline', deadline,
@@ -233,21 +242,21 @@ local function complete_one(lkey, leases_key, qkey, holder, lease_id, now, run_s
   local reqkey = l[4]
   redis.call('DEL', lkey)
   redis.call('ZREM', leases_key, lkey)
-  local stages = redis.call('HGET', reqkey, 'stages')
-  redis.call('HSET', reqkey, 'stages', append_json(stages, stage_record(l[5], l[7],
-    tonumber(l[6]), tonumber(run_s), outcome)))
-  if next_stage ~= '' then
-    local r = redis.call('HMGET', reqkey, 'seq', 'k_batch')
-    if artifacts ~= '' then
-      redis.call('HSET', reqkey, 'artifacts', artifacts)
-    end
-    -- max_attempts counts per stage
-    redis.call('HSET', reqkey, 'state', 'queued', 'stage', next_stage, 'stage_enqueued_at', now,
-      'attempts', 0)
-    redis.call('HDEL', reqkey, 'lease')
-    enqueue(qkey, ctx.stages, next_stage, reqkey, r[1], queue_score(ctx.policy, r[2]), now)
-    redis.call('PUBLISH', ctx.chan_work, next_stage .. '\n1')
-    return 0, reqkey
+  local record = stage_record(l[5], l[7], tonumber(l[6]), tonumber(run_s), outcome)
+  if next_stage == '' then
+    return finish(reqkey, result_body, status, now, ctx, record), reqkey
   end
-  return finish(reqkey, result_body, status, now, ctx), reqkey
+  local r = redis.call('HMGET', reqkey, 'seq', 'k_batch', 'stages')
+  -- max_attempts counts per stage
+  local fields = {'stages', append_json(r[3], record), 'state', 'queued', 'stage', next_stage,
+    'stage_enqueued_at', now, 'attempts', 0}
+  if artifacts ~= '' then
+    fields[#fields + 1] = 'artifacts'
+    fields[#fields + 1] = artifacts
+  end
+  redis.call('HSET', reqkey, unpack(fields))
+  redis.call('HDEL', reqkey, 'lease')
+  enqueue(qkey, ctx.stages, next_stage, reqkey, r[1], queue_score(ctx.policy, r[2]), now)
+  redis.call('PUBLISH', ctx.chan_work, next_stage .. '\n1')
+  return 0, reqkey
 end

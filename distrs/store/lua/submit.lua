@@ -47,7 +47,14 @@ for g = 1, ngroups do
   end
   groups[g] = grp
 end
--- pass 2: write
+-- pass 2: write. Arrival sequences are taken in one INCRBY (the script is atomic, so they are
+-- the same consecutive numbers one INCR per request would give).
+local total = 0
+for g = 1, ngroups do total = total + groups[g].new end
+local seq = 0
+if total > 0 then
+  seq = redis.call('INCRBY', KEYS[1], total) - total
+end
 local flags = {}
 local woken = {}
 for g = 1, ngroups do
@@ -74,14 +81,14 @@ for g = 1, ngroups do
     for i = 1, grp.n do
       local req = grp.reqs[i]
       if not req.dup then
-        local seq = redis.call('INCR', KEYS[1])
+        seq = seq + 1
         redis.call('HSET', req.key, 'tenant', grp.tenant, 'task', grp.task, 'batch_id', grp.batch_id,
           'request_id', req.request_id, 'reward_type', req.reward_type, 'payload', req.payload,
           'arrived_at', now, 'state', 'queued', 'stage', req.stage, 'stage_enqueued_at', now,
           'attempts', 0, 'seq', seq, 'artifacts', '{}', 'stages', '[]', 'k_batch', bkey,
           'k_queued', b[5])
         redis.call('RPUSH', b[4], req.key)
-        enqueue(req.qkey, KEYS[3], req.stage, req.key, seq, score, now)
+        enqueue(req.qkey, false, req.stage, req.key, seq, score, now, b[5])
         woken[req.stage] = (woken[req.stage] or 0) + 1
       end
     end
@@ -91,6 +98,7 @@ for g = 1, ngroups do
   end
 end
 for stage, count in pairs(woken) do
+  redis.call('SADD', KEYS[3], stage)  -- once per stage, not per request (enqueue)
   redis.call('PUBLISH', ARGV[5], stage .. '\n' .. count)
 end
 return flags
