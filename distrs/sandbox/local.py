@@ -149,6 +149,64 @@ class LocalSession:
         with self._sandbox.command(self, argv, limits, env, mounts, []) as (cmd, cwd, popen_env, fds):
             return _start(cmd, cwd, popen_env, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=fds)
 
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        limits: Limits,
+        env: Mapping[str, str] | None = None,
+        mounts: Mounts | None = None,
+    ) -> LocalHelper:
+        """A long-lived jailed helper (as ``spawn``) in the run's cgroup, where there is one."""
+        sandbox = self._sandbox
+        cgroup = sandbox.run_cgroup(self._uid, limits)
+        try:
+            trampoline = cgroup.trampoline() if cgroup is not None else []
+            with sandbox.command(self, argv, limits, env, mounts, trampoline) as (cmd, cwd, popen_env, fds):
+                proc = _start(
+                    cmd, cwd, popen_env, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=fds
+                )
+        except BaseException:
+            if cgroup is not None and self._uid is None:
+                cgroup.remove()
+            raise
+        return LocalHelper(proc, sandbox, self._uid, cgroup)
+
+
+class LocalHelper:
+    """A jailed helper of a :class:`LocalSession` (``Session.start``) and its cgroup."""
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], sandbox: LocalSandbox, uid: int | None, cgroup: RunCgroup | None
+    ) -> None:
+        self._proc = proc
+        self._sandbox = sandbox
+        self._uid = uid
+        self._cgroup = cgroup
+        self._killed = False
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        return self._proc
+
+    def oom_kills(self) -> int:
+        return self._cgroup.oom_kills() if self._cgroup is not None else 0
+
+    def kill(self) -> None:
+        if self._killed:
+            return
+        self._killed = True
+        with suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._proc.wait()
+        for f in (self._proc.stdin, self._proc.stdout):
+            if f is not None:
+                with suppress(OSError):
+                    f.close()
+        self._sandbox.kill_leftovers(self._uid)
+        if self._cgroup is not None and self._uid is None:
+            self._cgroup.remove()  # a one-off cgroup (runs without a pool uid)
+
 
 class LocalSandbox:
     """Runs programs on this host; ``isolation`` is ``bwrap`` or ``rlimits``."""
