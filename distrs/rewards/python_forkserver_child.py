@@ -10,17 +10,19 @@ and runs SCRIPT at the top level of this module, so the interpreter ends the chi
 ends ``python SCRIPT``: non-daemon threads joined, ``atexit`` run, streams flushed (a failed
 flush exits 120), ``SystemExit`` and uncaught exceptions reported the usual way.
 
-After each case the server kills every other process of the jail (``kill(-1, SIGKILL)`` inside
-its PID namespace, which spares only the namespace's init and the caller) and reaps them (it is
-the child subreaper, so daemons that double-forked come back to it), until ``kill(-1, 0)`` finds
-nobody: nothing a case started survives into the next one. The server refuses to start outside
-a PID namespace of its own, where ``kill(-1)`` would reach further.
+The server is the init of the jail's PID namespace (``Session.start``). After each case it kills
+every other process of the jail (``kill(-1, SIGKILL)`` from a namespace's init reaches every
+process of the namespace but the caller) and reaps them (orphans, double-forked daemons
+included, are reparented to it), until ``kill(-1, ...)`` finds nobody: nothing a case started
+survives into the next one. It refuses to start unless it is pid 1, i.e. the init of a PID
+namespace of its own, where nothing outside the jail can be reached by ``kill(-1)``.
 
-The child can neither forge nor read the server's reports: the control pipes are closed in the
-child before the program runs, the server is non-dumpable (``PR_SET_DUMPABLE`` 0: no process of
-the same uid can open ``/proc/<server>/fd/*``) and every catchable signal is blocked in it (a
-SIGINT does not raise inside the server). A child that kills or stops the server only ends its
-own request: the host's deadline then kills the whole jail.
+The child can neither forge nor read the server's reports, nor stop the server: the control
+pipes are closed in the child before the program runs; the server is non-dumpable
+(``PR_SET_DUMPABLE`` 0: no process of the same uid can open ``/proc/1/fd/*``); as the namespace's
+init it receives from inside the jail only signals it has a handler for, and it blocks every
+catchable one (a SIGINT does not raise inside it). Should it die or stall anyway (killed at the
+memory limit, say), the host's deadline kills the whole jail and only that request is affected.
 
 Protocol over the control pipes (the server's stdin and stdout at start, moved off 0 and 1)::
 
@@ -254,8 +256,8 @@ def _collect(pid, out_r, err_r, wall_s, cap):
 def serve():
     """The server loop; returns only in a forked child, with the job it is to run."""
     server_pid = os.getpid()
-    if server_pid > 2:
-        raise SystemExit("fork server: not in a PID namespace of its own; refusing to start")
+    if server_pid != 1:
+        raise SystemExit("fork server: not the init of a PID namespace of its own; refusing to start")
     script, args = sys.argv[1], sys.argv[2:]
     ctl_in, ctl_out = os.dup(0), os.dup(1)  # close-on-exec; fds 0 and 1 become /dev/null
     null = os.open(os.devnull, os.O_RDWR)

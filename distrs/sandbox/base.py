@@ -223,7 +223,14 @@ class Session(Protocol):
         mounts: Mounts | None = None,
     ) -> Helper:
         """Like :meth:`spawn`, and the jail joins the run's cgroup (memory and processes of
-        ``limits``) as a run's would; the caller ends it with :meth:`Helper.kill`."""
+        ``limits``) as a run's would; the caller ends it with :meth:`Helper.kill`.
+
+        Under bwrap the helper is the init of the jail's PID namespace (no reaper of bwrap's in
+        the jail): the jail's other processes cannot kill or stop it (signals from inside a
+        namespace reach its init only where it installed a handler), nor open its pipes through
+        ``/proc/1/fd`` where it is non-dumpable; orphans are reparented to it, and when it exits
+        the kernel kills every other process of the jail.
+        """
         ...
 
 

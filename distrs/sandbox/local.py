@@ -157,12 +157,14 @@ class LocalSession:
         env: Mapping[str, str] | None = None,
         mounts: Mounts | None = None,
     ) -> LocalHelper:
-        """A long-lived jailed helper (as ``spawn``) in the run's cgroup, where there is one."""
+        """A long-lived jailed helper (as ``spawn``) in the run's cgroup, where there is one, and
+        the init of its jail's PID namespace (see ``Session.start``)."""
         sandbox = self._sandbox
         cgroup = sandbox.run_cgroup(self._uid, limits)
         try:
             trampoline = cgroup.trampoline() if cgroup is not None else []
-            with sandbox.command(self, argv, limits, env, mounts, trampoline) as (cmd, cwd, popen_env, fds):
+            jail = sandbox.command(self, argv, limits, env, mounts, trampoline, as_pid_1=True)
+            with jail as (cmd, cwd, popen_env, fds):
                 proc = _start(
                     cmd, cwd, popen_env, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=fds
                 )
@@ -203,7 +205,11 @@ class LocalHelper:
             if f is not None:
                 with suppress(OSError):
                     f.close()
-        self._sandbox.kill_leftovers(self._uid)
+        if self._uid is not None:
+            # The helper is its jail's init. Where it dropped to a pool uid (setpriv), it lost
+            # bwrap's parent-death signal, and it has a session of its own: killing bwrap's
+            # process group does not reach it. The uid is this session's alone.
+            _kill_uid(self._uid)
         if self._cgroup is not None and self._uid is None:
             self._cgroup.remove()  # a one-off cgroup (runs without a pool uid)
 
@@ -358,9 +364,12 @@ class LocalSandbox:
         env: Mapping[str, str] | None,
         mounts: Mounts | None,
         trampoline: Sequence[str],
+        *,
+        as_pid_1: bool = False,
     ) -> Iterator[tuple[list[str], str, dict[str, str], tuple[int, ...]]]:
         """(command, cwd, environment of the outermost process, fds to pass) for one program;
-        the fds are closed when the block ends (after the process started)."""
+        the fds are closed when the block ends (after the process started). ``as_pid_1``: the
+        program is the init of the jail's PID namespace."""
         if not argv:
             raise ValueError("argv must not be empty")
         full_env = default_env(env)
@@ -380,6 +389,7 @@ class LocalSandbox:
                 seccomp_fd=fd,
                 proc=self._settings.mount_proc,
                 pool_uid=session.uid,
+                as_pid_1=as_pid_1,
             )
             cmd = jail_command(
                 argv, spec, limits=limits, env=full_env, mounts=mounts or Mounts(), trampoline=trampoline
