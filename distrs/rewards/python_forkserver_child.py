@@ -35,8 +35,10 @@ Protocol over the control pipes (the server's stdin and stdout at start, moved o
                     b"E ID message\\n"   the case could not be started (a sandbox failure)
 """
 
+import contextlib
 import ctypes
 import fcntl
+import gc
 import io
 import math
 import os
@@ -270,6 +272,7 @@ def serve():
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     templates = (sys.__stdin__, sys.__stdout__, sys.__stderr__)
     control = Control(ctl_in)
+    gc.freeze()  # what is here now stays out of the children's collections (no copy-on-write)
     _write_all(ctl_out, b"H " + PROTOCOL + b"\n")
     while True:
         fields = control.line().split()
@@ -315,8 +318,93 @@ def serve():
         _write_all(ctl_out, head.encode() + out + err)
 
 
+def _system_exit_code(e):
+    """The exit status ``python SCRIPT`` has for an uncaught SystemExit (``_Py_HandleSystemExit``)."""
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    with contextlib.suppress(BaseException):  # ignored, as the interpreter ignores it
+        sys.stderr.write(str(code) + "\n")
+    return 1
+
+
+class _Unraisable:
+    """What ``sys.unraisablehook`` is given (its own type cannot be built from Python)."""
+
+    def __init__(self, e, obj):
+        self.exc_type, self.exc_value, self.exc_traceback = type(e), e, None
+        self.err_msg, self.object = None, obj
+
+
+def _unraisable(e, obj):
+    """``PyErr_WriteUnraisable``: the default hook's text, or the program's own hook."""
+    if sys.unraisablehook is not sys.__unraisablehook__:
+        sys.unraisablehook(_Unraisable(e, obj))
+        return
+    kind = type(e)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    text = str(e)
+    try:
+        sys.stderr.write(
+            f"Exception ignored in: {obj!r}\n{name}: {text}\n"
+            if text
+            else f"Exception ignored in: {obj!r}\n{name}\n"
+        )
+        sys.stderr.flush()
+    except BaseException:
+        pass
+
+
+def _flush_std_files():
+    """``flush_std_files`` of the interpreter: False when stdout or stderr could not be flushed."""
+    ok = True
+    out = sys.stdout
+    if out is not None and not getattr(out, "closed", True):
+        try:
+            out.flush()
+        except BaseException as e:
+            _unraisable(e, out)
+            ok = False
+    err = sys.stderr
+    if err is not None and not getattr(err, "closed", True):
+        try:
+            err.flush()
+        except BaseException:
+            ok = False
+    return ok
+
+
+def _finish(main, status):
+    """End the child as ``Py_FinalizeEx`` ends ``python SCRIPT``, minus the teardown of every
+    module (most of an interpreter's exit time, and copy-on-write faults in a forked one): threads
+    joined, ``atexit`` run, streams flushed (a failure exits 120), the main module's globals
+    released (underscored names first, as ``_PyModule_ClearDict`` does) so their finalizers run,
+    streams flushed again."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException as e:
+            _unraisable(e, threading)
+    import atexit
+
+    atexit._run_exitfuncs()
+    ok = _flush_std_files()
+    d = main.__dict__
+    for underscored in (True, False):
+        for name in list(d):
+            if name != "__builtins__" and name.startswith("_") == underscored:
+                d[name] = None
+    gc.collect()
+    ok = ok and _flush_std_files()  # (the interpreter reports a failed flush once)
+    os._exit(status if ok else 120)
+
+
 def run(job):
-    """Run the job's script as ``__main__`` (in the forked child, at the module's top level)."""
+    """Run the job's script as ``__main__`` in the forked child and end the child as the
+    interpreter ends ``python SCRIPT``."""
     import builtins
     import importlib.machinery
 
@@ -338,26 +426,26 @@ def run(job):
         code = compile(source, path, "exec", dont_inherit=True)
     except SyntaxError as e:  # reported as the interpreter does: no traceback header
         sys.excepthook(type(e), e.with_traceback(None), None)
-        raise SystemExit(1) from None
+        _finish(main, 1)
     except OSError as e:
         sys.stderr.write(
             f"{sys.executable}: can't open file {job.script!r}: [Errno {e.errno}] {e.strerror}\n"
         )
-        raise SystemExit(2) from None
+        _finish(main, 2)
     try:
         exec(code, main.__dict__)
-    except SystemExit:
-        raise
+    except SystemExit as e:
+        _finish(main, _system_exit_code(e))
     except BaseException as e:  # the interpreter's report, without this frame
         tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
         sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
         sys.excepthook(type(e), e.with_traceback(tb), tb)
-        if isinstance(e, KeyboardInterrupt):
+        if isinstance(e, KeyboardInterrupt):  # the interpreter ends with SIGINT after its exit
             signal.signal(signal.SIGINT, signal.SIG_DFL)
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _flush_std_files()
             os.kill(os.getpid(), signal.SIGINT)
-        raise SystemExit(1) from None
+        _finish(main, 1)
+    _finish(main, 0)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,7 +37,8 @@ from distrs.sandbox.base import Helper, Limits, Mounts, RunResult, SandboxError,
 MiB = 1 << 20
 PROTOCOL = b"forkserver/1"
 START_TIMEOUT_S = 30.0
-REPORT_GRACE_S = 2.0  # beyond a run's wall limit, for the server to sweep the jail and report
+REPORT_GRACE_S = 2.0
+CLOSE_GRACE_S = 1.0  # for an idle server to exit by itself at the end of a request  # beyond a run's wall limit, for the server to sweep the jail and report
 SERVER_MEMORY_HEADROOM = 64 * MiB  # the server's own share of the jail's memory cgroup
 SETUP_MARKER = b"distrs-forkserver: "  # a child whose set-up failed says so on stderr, exit 127
 SETUP_FAILED = 127
@@ -281,8 +283,17 @@ class ForkServer:
         data, self._buf = self._buf[:n], self._buf[n:]
         return data
 
-    def close(self) -> None:
-        """Kill the server's whole jail (idempotent)."""
+    def close(self, grace_s: float = 0.0) -> None:
+        """End the server's whole jail (idempotent): with ``grace_s``, first let the server exit
+        by itself on the end of its input (its jail then ends and is reaped as any run's), then
+        kill whatever is left."""
+        if not self.dead and grace_s > 0:
+            proc = self._helper.proc
+            if proc.stdin is not None:
+                with suppress(OSError):
+                    proc.stdin.close()
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(grace_s)
         self.dead = True
         self._helper.kill()
 
@@ -372,7 +383,7 @@ class ForkServerSession:
         return self._session.start(argv, limits=limits, env=env, mounts=mounts)
 
     def close(self) -> None:
-        """Kill the server's jail, if one runs."""
+        """End the server and its jail, if one runs."""
         if self._server is not None:
-            self._server.close()
+            self._server.close(grace_s=CLOSE_GRACE_S)
             self._server = None

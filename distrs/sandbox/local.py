@@ -198,18 +198,22 @@ class LocalHelper:
         if self._killed:
             return
         self._killed = True
-        with suppress(ProcessLookupError):
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        self._proc.wait()
+        # bwrap exits once the jail's init has (the kernel then kills the rest of the jail)
+        exited = self._proc.poll() is not None
+        if not exited:
+            with suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
         for f in (self._proc.stdin, self._proc.stdout):
             if f is not None:
                 with suppress(OSError):
                     f.close()
-        if self._uid is not None:
+        if not exited and self._uid is not None:
             # The helper is its jail's init. Where it dropped to a pool uid (setpriv), it lost
             # bwrap's parent-death signal, and it has a session of its own: killing bwrap's
             # process group does not reach it. The uid is this session's alone.
             _kill_uid(self._uid)
+        self._sandbox.kill_leftovers(self._uid)
         if self._cgroup is not None and self._uid is None:
             self._cgroup.remove()  # a one-off cgroup (runs without a pool uid)
 
