@@ -6,9 +6,12 @@ program may rewrite, can change the server. It imports nothing of the program's.
 it forks a child that becomes what ``python -I -B SCRIPT ARGS`` would be (``__name__ ==
 "__main__"``, ``sys.argv``, fresh standard streams: stdin from the case's input, stdout and
 stderr to pipes this server reads up to a cap, the case's rlimits set before the program runs)
-and runs SCRIPT at the top level of this module, so the interpreter ends the child exactly as it
-ends ``python SCRIPT``: non-daemon threads joined, ``atexit`` run, streams flushed (a failed
-flush exits 120), ``SystemExit`` and uncaught exceptions reported the usual way.
+and runs SCRIPT, then ends the child as the interpreter ends ``python SCRIPT``: uncaught
+exceptions through ``sys.excepthook`` (a syntax error without a traceback header),
+``SystemExit`` codes and messages, non-daemon threads joined, ``atexit`` run, streams flushed (a
+failed flush exits 120), the main module's globals released so their finalizers run. It skips
+the teardown of every other module: that is most of an interpreter's exit time, and in a forked
+child it would touch (and so copy) every page the server shares with it.
 
 The server is the init of the jail's PID namespace (``Session.start``). After each case it kills
 every other process of the jail (``kill(-1, SIGKILL)`` from a namespace's init reaches every

@@ -12,8 +12,9 @@ as ``judge.run_tests`` are unchanged, and each run still comes back as a :class:
 What the host trusts: nothing the server sends. Every report is parsed strictly (its request's
 unpredictable id, known terminations, lengths within the run's output cap); anything else kills
 the jail and raises :class:`SandboxError` (the request ends ``internal_error``, never a pass).
-A server that dies while a run is under way (the program may signal it: same uid) ends that run
-as a runtime error (or as a memory kill where the cgroup says so), and one that does not report
+A server that dies while a run is under way (killed at the jail's memory limit, say: the program
+itself cannot signal it, see ``Session.start``) ends that run as a runtime error (or as a memory
+kill where the cgroup says so), and one that does not report
 within the run's wall limit plus a grace is killed with its whole jail and the run is a
 ``timeout``. Either way the next run starts a fresh server in a fresh jail (same work dir).
 """

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from distrs.sandbox import Limits, MemoryKind, SandboxError, Termination
+from distrs.sandbox import Limits, MemoryKind, Mounts, SandboxError, Termination
 from distrs.sandbox.forkserver import SERVER_MEMORY_HEADROOM, parse_report, request_line, server_limits
+from distrs.sandbox.jail import JailSpec, bwrap_args
 
 MiB = 1 << 20
 
@@ -68,3 +71,12 @@ def test_anything_else_is_a_sandbox_failure(line: bytes) -> None:
 def test_a_server_that_could_not_start_a_case_says_why() -> None:
     with pytest.raises(SandboxError, match="cannot start the case: no memory"):
         parse_report(b"E ab12 cannot start the case: no memory", "ab12", 100)
+
+
+def test_a_helper_can_be_its_jails_init() -> None:
+    spec = JailSpec(bwrap="bwrap", workdir="/w", tmpdir=None, tmp_bytes=MiB)
+    assert "--as-pid-1" not in bwrap_args(spec, {}, Mounts())  # runs keep bwrap's reaper as init
+    args = bwrap_args(replace(spec, as_pid_1=True), {}, Mounts())
+    assert "--as-pid-1" in args and "--unshare-all" in args  # only with a PID namespace of its own
+    pool = bwrap_args(replace(spec, as_pid_1=True, pool_uid=61000), {}, Mounts())
+    assert "--as-pid-1" in pool and "--unshare-pid" in pool
