@@ -20,6 +20,13 @@ compared and the number that differ is reported.
 
     .venv/bin/python benchmarks/short_rewards.py          # writes benchmarks/results/short_rewards.{json,md}
     .venv/bin/python benchmarks/short_rewards.py --quick  # smaller sizes for a smoke test
+    .venv/bin/python benchmarks/short_rewards.py --quick --only python \
+        --service-env DISTRS_JUDGE_PYTHON_FORK_SERVER=0   # one workload; a setting for the service
+
+Besides the rates, each run's CPU per item is reported: the service's process tree (``distrs up``,
+its workers and, through them, the jails they reaped) against the benchmark's own tree in the
+baseline (its pool processes and the subprocesses it reaped). CPU is steadier than wall-clock
+rates on a shared machine.
 """
 
 from __future__ import annotations
@@ -206,11 +213,39 @@ def python_baseline(items: list[dict[str, Any]], threads: int) -> tuple[float, l
 # --- the service --------------------------------------------------------------------------------
 
 
+def _tree_cpu(root: int, exclude: int | None = None) -> float:
+    """CPU seconds of ``root`` and its live descendants (``exclude``'s subtree left out), with
+    what each has reaped of its exited children (utime + stime + cutime + cstime)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(d.name)
+        parent[pid] = int(fields[1])
+        cpu[pid] = sum(int(x) for x in fields[11:15]) / tick
+    total = 0.0
+    for pid in cpu:
+        p: int | None = pid
+        while p is not None and p != exclude:
+            if p == root:
+                total += cpu[pid]
+                break
+            p = parent.get(p)
+    return total
+
+
 class Service:
     """``distrs up --insecure --port 0`` in a subprocess, as a user starts it."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, extra_env: dict[str, str] | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DISTRS_")}
+        env.update(extra_env or {})
         env["PYTHONUNBUFFERED"] = "1"
         self.log = log
         self.proc = subprocess.Popen(
@@ -262,7 +297,11 @@ async def through_service(
 
 
 def _compare(
-    name: str, n_items: int, base: list[tuple[float, list[bool]]], svc: list[tuple[float, list[Any]]]
+    name: str,
+    n_items: int,
+    base: list[tuple[float, list[bool]]],
+    svc: list[tuple[float, list[Any]]],
+    cpu: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
     rates = [n_items / t for t, _ in base]
     svc_rates = [n_items / t for t, _ in svc]
@@ -282,6 +321,7 @@ def _compare(
         "met": ratio >= TARGETS[name],
         "service_statuses": statuses,
         "verdicts_differing": differ,
+        "cpu_ms_per_item": {k: [round(1000 * c / n_items, 2) for c in v] for k, v in (cpu or {}).items()},
     }
 
 
@@ -291,33 +331,57 @@ async def _amain(args: argparse.Namespace) -> dict[str, Any]:
     progs = python_items(args.python)
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="distrs-bench-sr-") as tmp:
-        svc = Service(Path(tmp) / "up.log")
+        svc = Service(Path(tmp) / "up.log", dict(kv.split("=", 1) for kv in args.service_env))
+        me = os.getpid()
+
+        def base_cpu() -> float:
+            return _tree_cpu(me, exclude=svc.proc.pid)
+
+        def svc_cpu() -> float:
+            return _tree_cpu(svc.proc.pid)
+
         try:
             t = time.perf_counter()
-            await through_service(svc.url, "warm", "math", "math", math_items(40, seed=1))
-            await through_service(svc.url, "warm", "py", "python", python_items(20, seed=2))
+            if args.only in (None, "math"):
+                await through_service(svc.url, "warm", "math", "math", math_items(40, seed=1))
+            if args.only in (None, "python"):
+                await through_service(svc.url, "warm", "py", "python", python_items(20, seed=2))
             out["warmup_s"] = round(time.perf_counter() - t, 2)
             print(f"service up at {svc.url}; warm-up {out['warmup_s']} s", flush=True)
 
-            with ProcessPoolExecutor(cores) as pool:
-                for f in [pool.submit(_warm) for _ in range(cores)]:
-                    f.result()
-                math_baseline(pool, maths[:100], cores)  # warm caches
-                mb = [math_baseline(pool, maths, cores)]
-                ms = []
-                for r in range(args.rounds):
-                    ms.append(await through_service(svc.url, "bench-math", f"b{r}", "math", maths))
-                    mb.append(math_baseline(pool, maths, cores))
-            out["math"] = _compare("math", len(maths), mb, ms)
-            print(f"math: {out['math']}", flush=True)
+            if args.only in (None, "math"):
+                with ProcessPoolExecutor(cores) as pool:
+                    for f in [pool.submit(_warm) for _ in range(cores)]:
+                        f.result()
+                    math_baseline(pool, maths[:100], cores)  # warm caches
+                    c0 = base_cpu()
+                    mb = [math_baseline(pool, maths, cores)]
+                    mcpu: dict[str, list[float]] = {"baseline": [base_cpu() - c0], "service": []}
+                    ms = []
+                    for r in range(args.rounds):
+                        c0 = svc_cpu()
+                        ms.append(await through_service(svc.url, "bench-math", f"b{r}", "math", maths))
+                        mcpu["service"].append(svc_cpu() - c0)
+                        c0 = base_cpu()
+                        mb.append(math_baseline(pool, maths, cores))
+                        mcpu["baseline"].append(base_cpu() - c0)
+                out["math"] = _compare("math", len(maths), mb, ms, mcpu)
+                print(f"math: {out['math']}", flush=True)
 
-            pb = [python_baseline(progs, cores)]
-            ps = []
-            for r in range(args.rounds):
-                ps.append(await through_service(svc.url, "bench-py", f"b{r}", "python", progs))
-                pb.append(python_baseline(progs, cores))
-            out["python"] = _compare("python", len(progs), pb, ps)
-            print(f"python: {out['python']}", flush=True)
+            if args.only in (None, "python"):
+                c0 = base_cpu()
+                pb = [python_baseline(progs, cores)]
+                pcpu: dict[str, list[float]] = {"baseline": [base_cpu() - c0], "service": []}
+                ps = []
+                for r in range(args.rounds):
+                    c0 = svc_cpu()
+                    ps.append(await through_service(svc.url, "bench-py", f"b{r}", "python", progs))
+                    pcpu["service"].append(svc_cpu() - c0)
+                    c0 = base_cpu()
+                    pb.append(python_baseline(progs, cores))
+                    pcpu["baseline"].append(base_cpu() - c0)
+                out["python"] = _compare("python", len(progs), pb, ps, pcpu)
+                print(f"python: {out['python']}", flush=True)
         finally:
             svc.stop()
     out.update(
@@ -342,27 +406,38 @@ def _markdown(res: dict[str, Any]) -> str:
         f"load average at the end {', '.join(str(x) for x in m['load_average_at_end'])} "
         "(the machine is shared; each ratio is measured side by side, interleaved: baseline, then service and baseline again per round).",
         "",
-        "| workload | baseline (per s, each round) | service (per s, each round) | ratio of the means | target | met |",
-        "|---|---|---|---|---|---|",
+        "| workload | baseline (per s, each round) | service (per s, each round) | ratio of the means | target | met "
+        "| CPU ms per item: baseline / service |",
+        "|---|---|---|---|---|---|---|",
     ]
     labels = {
         "math": "math: math-verify in-process, one process per core",
         "python": "python x 3 tests: plain `python main.py`, one thread per core",
     }
     for k in ("math", "python"):
+        if k not in res:
+            continue
         r = res[k]
+        cpu = r.get("cpu_ms_per_item", {})
+        cpu_text = " / ".join(
+            ", ".join(str(x) for x in cpu.get(side, [])) or "-" for side in ("baseline", "service")
+        )
         b = " / ".join(str(x) for x in r["baseline_per_s"])
         sv = " / ".join(str(x) for x in r["service_per_s"])
         lines.append(
             f"| {labels[k]} ({r['items']:,} items) | {b} | {sv} | {r['ratio']:.2f} "
-            f"| >= {r['target']:.2f} | {'yes' if r['met'] else 'no'} |"
+            f"| >= {r['target']:.2f} | {'yes' if r['met'] else 'no'} | {cpu_text} |"
         )
+    done = [k for k in ("math", "python") if k in res]
     lines += [
         "",
-        f"Service statuses: math {res['math']['service_statuses']}, python {res['python']['service_statuses']}; "
-        f"verdicts differing from the baseline: math {res['math']['verdicts_differing']}, "
-        f"python {res['python']['verdicts_differing']}.",
-        f"Warm-up (40 math + 20 python requests, includes starting the workers): {res['warmup_s']} s.",
+        "Service statuses: "
+        + ", ".join(f"{k} {res[k]['service_statuses']}" for k in done)
+        + "; verdicts differing from the baseline: "
+        + ", ".join(f"{k} {res[k]['verdicts_differing']}" for k in done)
+        + ".",
+        f"Warm-up (40 math + 20 python requests, or those of --only, includes starting the workers): "
+        f"{res['warmup_s']} s.",
         "",
         f"Command: `{res['command']}`",
         "",
@@ -377,6 +452,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="Service runs, each followed by a baseline run.")
     ap.add_argument("--quick", action="store_true", help="Small sizes (smoke test).")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--only", choices=("math", "python"), help="Run one workload only.")
+    ap.add_argument(
+        "--service-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="A setting for the service (e.g. DISTRS_JUDGE_PYTHON_FORK_SERVER=0); repeatable.",
+    )
     args = ap.parse_args()
     if args.quick:
         args.math, args.python, args.rounds = 300, 40, 1

@@ -62,6 +62,12 @@ class JudgeSettings(BaseSettings):
         description="nvcc flags (targets A100 and H100; PTX lets newer GPUs JIT).",
     )
     python: str = Field(default="", description="Interpreter for the python type; empty = the worker's own.")
+    python_fork_server: bool = Field(
+        default=True,
+        description="Run the python type's test cases through a fork server: one jail and one "
+        "interpreter start per request and a fork per case, instead of a jail and an interpreter "
+        "per case (the same verdicts; see docs/sandbox.md).",
+    )
     compile_time_s: float = Field(default=60.0, gt=0, description="Compile wall limit (capped by the stage).")
     compile_memory_mb: int = Field(default=4096, gt=0, description="Compiler address-space limit.")
     compile_cache_mb: int = Field(

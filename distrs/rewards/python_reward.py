@@ -9,12 +9,22 @@ The interpreter is ``DISTRS_JUDGE_PYTHON`` or, by default, the worker's own (so 
 the numeric libraries the image ships); its prefixes are bound read-only into the jail. It runs
 with ``-I`` (isolated: no PYTHON* variables, no user site, script dir not on ``sys.path``) and
 ``-B`` (no bytecode writes).
+
+Warm runner: with ``DISTRS_JUDGE_PYTHON_FORK_SERVER`` (the default) under the bwrap jail, a
+request's cases run through a fork server (``python_forkserver_child.py``, host side in
+``distrs/sandbox/forkserver.py``): one jail and one interpreter start per request, then one fork
+per case, which runs the program as ``python -I -B main.py`` (or the harness) would, so verdicts
+are the same as with a jail per case. Without namespaces (the degraded ``rlimits`` jail) there is
+no PID namespace for the server to sweep, and every case gets its own run as before.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from distrs.core.model import Status
@@ -31,11 +41,14 @@ from distrs.rewards.judge import (
     write_inputs,
 )
 from distrs.rewards.judged_handler import JudgedHandler
-from distrs.sandbox import Limits
+from distrs.sandbox import Limits, Mounts, Session
+from distrs.sandbox.forkserver import ForkServerSession
+from distrs.sandbox.local import BWRAP
 
 SOURCE = "main.py"
 HARNESS = "harness.py"
 HARNESS_SOURCE = Path(__file__).with_name("python_harness.py")
+FORKSERVER_SOURCE = Path(__file__).with_name("python_forkserver_child.py")
 # Python reports a source that does not compile before running anything, without a traceback
 # header: '  File "main.py", line N' ... 'SyntaxError: ...'. Errors raised later (exec, import of a
 # broken module) come with "Traceback (most recent call last):" and stay runtime errors.
@@ -50,6 +63,34 @@ def compile_error_of(v: Verdict) -> str | None:
     if stderr.startswith("  File ") and _COMPILE_ERROR.search(stderr):
         return stderr
     return None
+
+
+@functools.cache
+def forkserver_source() -> str:
+    return FORKSERVER_SOURCE.read_text()
+
+
+@contextmanager
+def case_runner(
+    session: Session, argv: Sequence[str], *, isolation: str, enabled: bool, mounts: Mounts
+) -> Iterator[Session]:
+    """The session the cases of ``argv`` (``exe -I -B SCRIPT ARGS``) run in: a fork server in
+    front of ``session`` where enabled and the jail has a PID namespace, else ``session``."""
+    if not enabled or isolation != BWRAP:
+        yield session
+        return
+    exe, script_args = argv[0], list(argv[3:])
+    runner = ForkServerSession(
+        session,
+        program=argv,
+        server=[exe, "-I", "-B", "-c", forkserver_source(), *script_args],
+        isolation=isolation,
+        mounts=mounts,
+    )
+    try:
+        yield runner
+    finally:
+        runner.close()
 
 
 class PythonRunHandler(JudgedHandler):
@@ -73,7 +114,9 @@ class PythonRunHandler(JudgedHandler):
             s.write_file(SOURCE, p.code.encode())
             if p.fn_name or p.asserts:
                 s.write_file(HARNESS, HARNESS_SOURCE.read_bytes())
-            v = run_tests(s, argv, p, limits, stage_budget(inp), mounts=mounts, check=check)
+            enabled = self._settings.python_fork_server
+            with case_runner(s, argv, isolation=sandbox.isolation, enabled=enabled, mounts=mounts) as runner:
+                v = run_tests(runner, argv, p, limits, stage_budget(inp), mounts=mounts, check=check)
             files = fetch_outputs(s, p)
         message = compile_error_of(v) if p.mode == "judge" else None
         if message is not None:

@@ -156,6 +156,24 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (not the program): always ``internal_error`` upstream."""
 
 
+class Helper(Protocol):
+    """A long-lived jailed process started by :meth:`Session.start`, with pipes to it."""
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        """The outermost jail process: write to its stdin, read its stdout (stderr is discarded)."""
+        ...
+
+    def oom_kills(self) -> int:
+        """Processes of this jail the kernel has killed at its cgroup memory limit so far (0
+        where the jail has no cgroup): read before and after a unit of work."""
+        ...
+
+    def kill(self) -> None:
+        """Kill the whole jail and reap it (idempotent)."""
+        ...
+
+
 class Session(Protocol):
     """A fresh private work directory and the identity its programs run as."""
 
@@ -196,6 +214,25 @@ class Session(Protocol):
 
         No wall limit applies: the caller enforces deadlines and kills the group
         (``os.killpg(p.pid, SIGKILL)``), which takes the whole jail down.
+        """
+        ...
+
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        limits: Limits,
+        env: Mapping[str, str] | None = None,
+        mounts: Mounts | None = None,
+    ) -> Helper:
+        """Like :meth:`spawn`, and the jail joins the run's cgroup (memory and processes of
+        ``limits``) as a run's would; the caller ends it with :meth:`Helper.kill`.
+
+        Under bwrap the helper is the init of the jail's PID namespace (no reaper of bwrap's in
+        the jail): the jail's other processes cannot kill or stop it (signals from inside a
+        namespace reach its init only where it installed a handler), nor open its pipes through
+        ``/proc/1/fd`` where it is non-dumpable; orphans are reparented to it, and when it exits
+        the kernel kills every other process of the jail.
         """
         ...
 

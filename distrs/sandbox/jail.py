@@ -110,11 +110,14 @@ class JailSpec:
     seccomp_fd: int | None = None
     proc: bool = True
     pool_uid: int | None = None  # setpriv to this uid inside the namespaces
+    as_pid_1: bool = False  # the program is the PID namespace's init (no bwrap reaper in the jail)
 
 
 def bwrap_args(spec: JailSpec, env: Mapping[str, str], mounts: Mounts) -> list[str]:
     """bubblewrap options up to (not including) the ``--`` before the inner command."""
     args = [spec.bwrap, "--die-with-parent", "--new-session"]
+    if spec.as_pid_1:
+        args.append("--as-pid-1")
     if spec.pool_uid is not None:
         # Root: namespaces without a user namespace, so setpriv can drop to a host uid.
         args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]

@@ -149,6 +149,74 @@ class LocalSession:
         with self._sandbox.command(self, argv, limits, env, mounts, []) as (cmd, cwd, popen_env, fds):
             return _start(cmd, cwd, popen_env, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=fds)
 
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        limits: Limits,
+        env: Mapping[str, str] | None = None,
+        mounts: Mounts | None = None,
+    ) -> LocalHelper:
+        """A long-lived jailed helper (as ``spawn``) in the run's cgroup, where there is one, and
+        the init of its jail's PID namespace (see ``Session.start``)."""
+        sandbox = self._sandbox
+        cgroup = sandbox.run_cgroup(self._uid, limits)
+        try:
+            trampoline = cgroup.trampoline() if cgroup is not None else []
+            jail = sandbox.command(self, argv, limits, env, mounts, trampoline, as_pid_1=True)
+            with jail as (cmd, cwd, popen_env, fds):
+                proc = _start(
+                    cmd, cwd, popen_env, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=fds
+                )
+        except BaseException:
+            if cgroup is not None and self._uid is None:
+                cgroup.remove()
+            raise
+        return LocalHelper(proc, sandbox, self._uid, cgroup)
+
+
+class LocalHelper:
+    """A jailed helper of a :class:`LocalSession` (``Session.start``) and its cgroup."""
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], sandbox: LocalSandbox, uid: int | None, cgroup: RunCgroup | None
+    ) -> None:
+        self._proc = proc
+        self._sandbox = sandbox
+        self._uid = uid
+        self._cgroup = cgroup
+        self._killed = False
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        return self._proc
+
+    def oom_kills(self) -> int:
+        return self._cgroup.oom_kills() if self._cgroup is not None else 0
+
+    def kill(self) -> None:
+        if self._killed:
+            return
+        self._killed = True
+        # bwrap exits once the jail's init has (the kernel then kills the rest of the jail)
+        exited = self._proc.poll() is not None
+        if not exited:
+            with suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        for f in (self._proc.stdin, self._proc.stdout):
+            if f is not None:
+                with suppress(OSError):
+                    f.close()
+        if not exited and self._uid is not None:
+            # The helper is its jail's init. Where it dropped to a pool uid (setpriv), it lost
+            # bwrap's parent-death signal, and it has a session of its own: killing bwrap's
+            # process group does not reach it. The uid is this session's alone.
+            _kill_uid(self._uid)
+        self._sandbox.kill_leftovers(self._uid)
+        if self._cgroup is not None and self._uid is None:
+            self._cgroup.remove()  # a one-off cgroup (runs without a pool uid)
+
 
 class LocalSandbox:
     """Runs programs on this host; ``isolation`` is ``bwrap`` or ``rlimits``."""
@@ -300,9 +368,12 @@ class LocalSandbox:
         env: Mapping[str, str] | None,
         mounts: Mounts | None,
         trampoline: Sequence[str],
+        *,
+        as_pid_1: bool = False,
     ) -> Iterator[tuple[list[str], str, dict[str, str], tuple[int, ...]]]:
         """(command, cwd, environment of the outermost process, fds to pass) for one program;
-        the fds are closed when the block ends (after the process started)."""
+        the fds are closed when the block ends (after the process started). ``as_pid_1``: the
+        program is the init of the jail's PID namespace."""
         if not argv:
             raise ValueError("argv must not be empty")
         full_env = default_env(env)
@@ -322,6 +393,7 @@ class LocalSandbox:
                 seccomp_fd=fd,
                 proc=self._settings.mount_proc,
                 pool_uid=session.uid,
+                as_pid_1=as_pid_1,
             )
             cmd = jail_command(
                 argv, spec, limits=limits, env=full_env, mounts=mounts or Mounts(), trampoline=trampoline
