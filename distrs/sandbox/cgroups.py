@@ -113,24 +113,38 @@ class RunCgroup:
         if self._has_pids:
             target = self.pids if self.pids is not None else self.memory
             # the jail's own processes (bwrap, its init, setpriv/prlimit) count here too; the
-            # program's own budget is RLIMIT_NPROC
-            _write(target / "pids.max", "max" if pids is None else str(pids + PIDS_HEADROOM))
+            # program's own budget is RLIMIT_NPROC; charges of the uid's previous run that the
+            # kernel has not yet released (see ``empty``) must not eat into this run's budget
+            limit = pids + PIDS_HEADROOM + self.stale_pids() if pids is not None else None
+            _write(target / "pids.max", "max" if limit is None else str(limit))
 
     def empty(self) -> bool:
-        """No task is left in the cgroups (a finished run's PID namespace dies asynchronously, and
-        an exited task still counts against pids.max until it is released)."""
+        """No task is left in the cgroups: no process of a finished run, live or zombie, is a
+        member (a finished run's PID namespace dies asynchronously).
+
+        ``pids.current`` is not waited for: the kernel uncharges a released task only after an
+        RCU grace period, which a kernel with lazy RCU (``CONFIG_RCU_LAZY``) stretches to seconds
+        with nothing left in the cgroup; ``set`` adds those stale charges to the next run's
+        ``pids.max`` instead (``stale_pids``)."""
         for d in (self.memory, self.pids):
             if d is None:
                 continue
             try:
                 if (d / "cgroup.procs").read_text().strip():
                     return False
-                current = d / "pids.current"
-                if current.exists() and current.read_text().strip() not in ("", "0"):
-                    return False
             except OSError:
                 return False
         return True
+
+    def stale_pids(self) -> int:
+        """Charges left in ``pids.current`` by tasks already gone (read while ``empty``)."""
+        if not self._has_pids:
+            return 0
+        target = self.pids if self.pids is not None else self.memory
+        try:
+            return max(0, int((target / "pids.current").read_text().strip() or "0"))
+        except (OSError, ValueError):
+            return 0
 
     def wait_empty(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
