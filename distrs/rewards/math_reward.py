@@ -60,7 +60,11 @@ class MathSettings(BaseSettings):
         default=20_000, ge=100, description="Only the completion's last N chars are searched for an answer."
     )
     memory_mb: int = Field(default=4096, gt=0, description="Address-space limit of the checker child.")
-    recycle_after: int = Field(default=1000, ge=1, description="Restart the child after this many checks.")
+    recycle_after: int = Field(
+        default=10_000,
+        ge=1,
+        description="Restart the child after this many checks (a restart costs about half a CPU-second).",
+    )
     python: str = Field(
         default="", description="Interpreter with math-verify installed; empty = the worker's."
     )
