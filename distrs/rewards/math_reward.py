@@ -12,7 +12,9 @@ Python) and can hang on adversarial input; its own timeouts use SIGALRM, which o
 process's main thread, while handlers run in worker threads. So checking happens in a
 long-lived child running ``math_child.py`` inside the sandbox (no network, read-only system,
 rlimits), started once (importing SymPy takes most of a second) and killed - whole jail - when a
-check overruns the hard deadline; the next request starts a fresh one.
+check overruns the hard deadline; the next request starts a fresh one. The child keeps parsed
+ground truths (immutable, keyed by their text; ``gold_cache``), since a GRPO group's completions
+share one.
 
 Statuses: ``ok`` (score 1), ``wrong_answer`` (score 0; ``detail.reason`` says whether no answer
 was found), ``timeout``, ``invalid`` (bad payload or an unparseable ground truth).
@@ -65,6 +67,13 @@ class MathSettings(BaseSettings):
         ge=1,
         description="Restart the child after this many checks (a restart costs about half a CPU-second).",
     )
+    gold_cache: int = Field(
+        default=1024,
+        ge=0,
+        le=100_000,
+        description="Parsed ground truths each checker child keeps (least recently used dropped "
+        "first; 0 = parse every time). GRPO's n completions of a prompt share one ground truth.",
+    )
     python: str = Field(
         default="", description="Interpreter with math-verify installed; empty = the worker's."
     )
@@ -111,7 +120,8 @@ class MathChecker:
             nofile=64,
         )
         env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        proc = session.spawn([exe, "-I", "-B", "math_child.py"], limits=limits, env=env, mounts=mounts)
+        argv = [exe, "-I", "-B", "math_child.py", "--gold-cache", str(self._settings.gold_cache)]
+        proc = session.spawn(argv, limits=limits, env=env, mounts=mounts)
         self._stack, self._proc, self._buf, self._served = stack, proc, b"", 0
         try:
             hello = self._read_line(max(deadline, time.monotonic() + 30.0))
