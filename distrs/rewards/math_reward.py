@@ -105,6 +105,7 @@ class MathChecker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._buf = b""
         self._served = 0
+        self._sel: selectors.BaseSelector | None = None  # watches the child's reply pipe
 
     def _start(self, deadline: float) -> subprocess.Popen[bytes]:
         exe, mounts = interpreter(self._settings.python)
@@ -123,6 +124,9 @@ class MathChecker:
         argv = [exe, "-I", "-B", "math_child.py", "--gold-cache", str(self._settings.gold_cache)]
         proc = session.spawn(argv, limits=limits, env=env, mounts=mounts)
         self._stack, self._proc, self._buf, self._served = stack, proc, b"", 0
+        assert proc.stdout is not None
+        self._sel = selectors.DefaultSelector()  # one per child, not two per check
+        self._sel.register(proc.stdout.fileno(), selectors.EVENT_READ)
         try:
             hello = self._read_line(max(deadline, time.monotonic() + 30.0))
         except CheckTimeout:
@@ -137,20 +141,20 @@ class MathChecker:
         proc = self._proc
         assert proc is not None and proc.stdout is not None
         fd = proc.stdout.fileno()
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buf:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise CheckTimeout
-                if not sel.select(left):
-                    continue
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    raise SandboxError("math checker exited unexpectedly")
-                self._buf += chunk
-                if len(self._buf) > 1 * MiB:
-                    raise SandboxError("math checker wrote an oversized reply")
+        sel = self._sel
+        assert sel is not None
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CheckTimeout
+            if not sel.select(left):
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise SandboxError("math checker exited unexpectedly")
+            self._buf += chunk
+            if len(self._buf) > 1 * MiB:
+                raise SandboxError("math checker wrote an oversized reply")
         line, self._buf = self._buf.split(b"\n", 1)
         try:
             msg = json.loads(line)
@@ -164,11 +168,8 @@ class MathChecker:
         """Whether the child wrote anything outside a reply (leftovers, or bytes waiting now)."""
         if self._buf:
             return True
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout.fileno(), selectors.EVENT_READ)
-            return bool(sel.select(0))
+        assert self._sel is not None
+        return bool(self._sel.select(0))
 
     def _ask(self, gold: str, answer: str, deadline: float) -> dict[str, Any]:
         proc = self._proc if self._proc is not None and self._proc.poll() is None else None
@@ -213,8 +214,10 @@ class MathChecker:
             return reply
 
     def close(self) -> None:
-        proc, stack = self._proc, self._stack
-        self._proc, self._stack = None, None
+        proc, stack, sel = self._proc, self._stack, self._sel
+        self._proc, self._stack, self._sel = None, None, None
+        if sel is not None:
+            sel.close()
         if proc is not None:
             with suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
