@@ -22,6 +22,7 @@ was found), ``timeout``, ``invalid`` (bad payload or an unparseable ground truth
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -246,12 +247,18 @@ class VerifyHandler:
         self._settings = settings or MathSettings()
         self._sandbox = sandbox
         self._checker: MathChecker | None = None
+        self._installed = False
 
     def ready(self) -> tuple[bool, str]:
-        try:
-            import math_verify  # noqa: F401
-        except ImportError as e:
-            return False, f"math-verify not installed: {e}"
+        # Only whether it is installed: the checking happens in the child, so the worker (asked
+        # before every request) never imports SymPy itself.
+        if not self._installed:
+            try:
+                self._installed = importlib.util.find_spec("math_verify") is not None
+            except (ImportError, ValueError) as e:
+                return False, f"math-verify not installed: {e}"
+            if not self._installed:
+                return False, "math-verify not installed: no module named 'math_verify'"
         return (True, "") if self._sandbox is not None else sandbox_readiness()
 
     def _get_checker(self) -> MathChecker:
