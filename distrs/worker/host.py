@@ -11,11 +11,11 @@ idle workers first (a busy one finishes its lease before it stops). EOF or SIGTE
 and exits. After each change the host prints ``ready N`` on stdout.
 
 A drained worker's thread does not end: it waits, and scale-up revives workers (first those still
-finishing their drain, then stopped ones) before it makes new ones. The thread must outlive the drain because the jail of a warm child (the math
-checker, which costs about half a CPU-second to start) dies with the thread that started it
-(bwrap's ``--die-with-parent`` is a per-thread parent-death signal); so warm children survive the
-scale-to-zero between two batches, and the host never holds more workers than the most it ran at
-once.
+finishing their drain, then stopped ones) before it makes new ones. The thread must outlive the
+drain because the jail of a warm child (the math checker, which costs about half a CPU-second to
+start) dies with the thread that started it (bwrap's ``--die-with-parent`` is a per-thread
+parent-death signal); so warm children survive the scale-to-zero between two batches, and the
+host never holds more workers than the most it ran at once.
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ class WorkerHost:
         while True:
             try:
                 slot.worker.run()
-            except Exception:  # a crashed worker is stopped, like a drained one; the host goes on
+            except Exception:  # a crashed worker stops, like a drained one, until the next scale-up
                 log.exception("worker %s stopped on an error", slot.worker.worker_id)
+                slot.worker.request_drain()
             with self._lock:
                 if not self._closing and not slot.worker.draining:
                     continue  # its drain was called off while it finished: it serves on

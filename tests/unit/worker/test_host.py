@@ -86,6 +86,10 @@ def test_scale_up_revives_stopped_workers_before_making_new_ones() -> None:
     assert [w.worker_id for w in made] == ["h-1", "h-2", "h-3"]
     assert [w.revived for w in made] == [1, 1, 0] and not any(w.draining for w in made)
     assert len(host.live()) == 3 and host.stopped() == []
+    for _ in range(500):  # the revived threads run their workers again
+        if [w.runs for w in made] == [2, 2, 1]:
+            break
+        time.sleep(0.01)
     host.drain_all(5)
     # each of the first two ran twice, in the thread that started it (and its children)
     assert [w.runs for w in made] == [2, 2, 1] and [len(w.threads) for w in made] == [1, 1, 1]
@@ -107,3 +111,31 @@ def test_scale_up_calls_off_a_drain_still_in_progress() -> None:
     made[0].release.set()  # it finishes the lease and, no longer draining, serves on
     host.drain_all(5)
     assert made[0].runs >= 1 and host.stopped() == [made[0]]
+
+
+def test_a_crashed_worker_stops_until_the_next_scale_up() -> None:
+    made: list[FakeWorker] = []
+
+    class Crashing(FakeWorker):
+        def run(self) -> None:
+            self.runs += 1
+            raise RuntimeError("lease refused")
+
+    def make(wid: str) -> FakeWorker:
+        made.append(Crashing(wid))
+        return made[-1]
+
+    host = WorkerHost(make, id_prefix="h")  # type: ignore[arg-type]
+    host.resize(1)
+    for _ in range(500):
+        if host.stopped():
+            break
+        time.sleep(0.01)
+    assert host.stopped() == [made[0]] and made[0].runs == 1  # not retried in a loop
+    host.resize(1)  # the next scale-up tries it again, as it would a new one
+    for _ in range(500):
+        if made[0].runs == 2 and host.stopped():
+            break
+        time.sleep(0.01)
+    assert made[0].runs == 2 and len(made) == 1
+    host.drain_all(5)
