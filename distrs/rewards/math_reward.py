@@ -94,7 +94,12 @@ class OutOfStep(SandboxError):
 
 
 class MathChecker:
-    """A restartable jailed ``math_child.py``; one check at a time."""
+    """A restartable jailed ``math_child.py``; one check at a time.
+
+    Checks are never pipelined (several requests written before the replies are read): a child
+    compromised by one completion could then read the ids of the requests queued behind it and
+    forge their replies. With one request in flight, the only id the child knows is its own.
+    """
 
     def __init__(self, sandbox: Sandbox, settings: MathSettings, child_source: Path = CHILD_SOURCE) -> None:
         self._sandbox = sandbox
