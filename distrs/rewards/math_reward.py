@@ -12,7 +12,9 @@ Python) and can hang on adversarial input; its own timeouts use SIGALRM, which o
 process's main thread, while handlers run in worker threads. So checking happens in a
 long-lived child running ``math_child.py`` inside the sandbox (no network, read-only system,
 rlimits), started once (importing SymPy takes most of a second) and killed - whole jail - when a
-check overruns the hard deadline; the next request starts a fresh one.
+check overruns the hard deadline; the next request starts a fresh one. The child keeps parsed
+ground truths (immutable, keyed by their text; ``gold_cache``), since a GRPO group's completions
+share one.
 
 Statuses: ``ok`` (score 1), ``wrong_answer`` (score 0; ``detail.reason`` says whether no answer
 was found), ``timeout``, ``invalid`` (bad payload or an unparseable ground truth).
@@ -20,6 +22,7 @@ was found), ``timeout``, ``invalid`` (bad payload or an unparseable ground truth
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -60,7 +63,18 @@ class MathSettings(BaseSettings):
         default=20_000, ge=100, description="Only the completion's last N chars are searched for an answer."
     )
     memory_mb: int = Field(default=4096, gt=0, description="Address-space limit of the checker child.")
-    recycle_after: int = Field(default=1000, ge=1, description="Restart the child after this many checks.")
+    recycle_after: int = Field(
+        default=10_000,
+        ge=1,
+        description="Restart the child after this many checks (a restart costs about half a CPU-second).",
+    )
+    gold_cache: int = Field(
+        default=1024,
+        ge=0,
+        le=100_000,
+        description="Parsed ground truths each checker child keeps (least recently used dropped "
+        "first; 0 = parse every time). GRPO's n completions of a prompt share one ground truth.",
+    )
     python: str = Field(
         default="", description="Interpreter with math-verify installed; empty = the worker's."
     )
@@ -80,7 +94,12 @@ class OutOfStep(SandboxError):
 
 
 class MathChecker:
-    """A restartable jailed ``math_child.py``; one check at a time."""
+    """A restartable jailed ``math_child.py``; one check at a time.
+
+    Checks are never pipelined (several requests written before the replies are read): a child
+    compromised by one completion could then read the ids of the requests queued behind it and
+    forge their replies. With one request in flight, the only id the child knows is its own.
+    """
 
     def __init__(self, sandbox: Sandbox, settings: MathSettings, child_source: Path = CHILD_SOURCE) -> None:
         self._sandbox = sandbox
@@ -92,6 +111,7 @@ class MathChecker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._buf = b""
         self._served = 0
+        self._sel: selectors.BaseSelector | None = None  # watches the child's reply pipe
 
     def _start(self, deadline: float) -> subprocess.Popen[bytes]:
         exe, mounts = interpreter(self._settings.python)
@@ -107,8 +127,12 @@ class MathChecker:
             nofile=64,
         )
         env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        proc = session.spawn([exe, "-I", "-B", "math_child.py"], limits=limits, env=env, mounts=mounts)
+        argv = [exe, "-I", "-B", "math_child.py", "--gold-cache", str(self._settings.gold_cache)]
+        proc = session.spawn(argv, limits=limits, env=env, mounts=mounts)
         self._stack, self._proc, self._buf, self._served = stack, proc, b"", 0
+        assert proc.stdout is not None
+        self._sel = selectors.DefaultSelector()  # one per child, not two per check
+        self._sel.register(proc.stdout.fileno(), selectors.EVENT_READ)
         try:
             hello = self._read_line(max(deadline, time.monotonic() + 30.0))
         except CheckTimeout:
@@ -123,20 +147,20 @@ class MathChecker:
         proc = self._proc
         assert proc is not None and proc.stdout is not None
         fd = proc.stdout.fileno()
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buf:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise CheckTimeout
-                if not sel.select(left):
-                    continue
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    raise SandboxError("math checker exited unexpectedly")
-                self._buf += chunk
-                if len(self._buf) > 1 * MiB:
-                    raise SandboxError("math checker wrote an oversized reply")
+        sel = self._sel
+        assert sel is not None
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CheckTimeout
+            if not sel.select(left):
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise SandboxError("math checker exited unexpectedly")
+            self._buf += chunk
+            if len(self._buf) > 1 * MiB:
+                raise SandboxError("math checker wrote an oversized reply")
         line, self._buf = self._buf.split(b"\n", 1)
         try:
             msg = json.loads(line)
@@ -150,11 +174,8 @@ class MathChecker:
         """Whether the child wrote anything outside a reply (leftovers, or bytes waiting now)."""
         if self._buf:
             return True
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout.fileno(), selectors.EVENT_READ)
-            return bool(sel.select(0))
+        assert self._sel is not None
+        return bool(self._sel.select(0))
 
     def _ask(self, gold: str, answer: str, deadline: float) -> dict[str, Any]:
         proc = self._proc if self._proc is not None and self._proc.poll() is None else None
@@ -199,8 +220,10 @@ class MathChecker:
             return reply
 
     def close(self) -> None:
-        proc, stack = self._proc, self._stack
-        self._proc, self._stack = None, None
+        proc, stack, sel = self._proc, self._stack, self._sel
+        self._proc, self._stack, self._sel = None, None, None
+        if sel is not None:
+            sel.close()
         if proc is not None:
             with suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -229,12 +252,18 @@ class VerifyHandler:
         self._settings = settings or MathSettings()
         self._sandbox = sandbox
         self._checker: MathChecker | None = None
+        self._installed = False
 
     def ready(self) -> tuple[bool, str]:
-        try:
-            import math_verify  # noqa: F401
-        except ImportError as e:
-            return False, f"math-verify not installed: {e}"
+        # Only whether it is installed: the checking happens in the child, so the worker (asked
+        # before every request) never imports SymPy itself.
+        if not self._installed:
+            try:
+                self._installed = importlib.util.find_spec("math_verify") is not None
+            except (ImportError, ValueError) as e:
+                return False, f"math-verify not installed: {e}"
+            if not self._installed:
+                return False, "math-verify not installed: no module named 'math_verify'"
         return (True, "") if self._sandbox is not None else sandbox_readiness()
 
     def _get_checker(self) -> MathChecker:

@@ -114,6 +114,11 @@ class Worker:
     def request_drain(self) -> None:
         self._draining.set()
 
+    def revive(self) -> None:
+        """Serve again after a drain whose ``run()`` has returned (the host reuses the worker, and
+        with it its handlers' warm children, rather than making a new one)."""
+        self._draining.clear()
+
     @property
     def draining(self) -> bool:
         return self._draining.is_set()

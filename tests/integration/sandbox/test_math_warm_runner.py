@@ -78,6 +78,35 @@ def test_hostile_inputs_do_not_change_the_next_verdicts(
         assert [_run(warm, c, t) for c, t in PROBES] == expected, evil[:40]
 
 
+def test_hostile_inputs_against_the_same_ground_truth_do_not_change_its_verdicts(
+    bwrap_sandbox: LocalSandbox,
+) -> None:
+    """The child keeps parsed ground truths: a hostile completion checked against a ground truth
+    must leave nothing in that cached parse for the next completion of the same prompt."""
+    warm = VerifyHandler(bwrap_sandbox, MathSettings(timeout_s=8))  # gold cache on (the default)
+    fresh = VerifyHandler(bwrap_sandbox, MathSettings(timeout_s=8, gold_cache=0))
+    try:
+        expected = [_run(fresh, c, t) for c, t in PROBES]
+        for evil in HOSTILE:
+            for (c, t), want in zip(PROBES, expected, strict=True):
+                _run(warm, evil, t, timeout_s=3.0)  # same ground truth: its parse comes from the cache
+                assert _run(warm, c, t) == want, (evil[:40], t)
+    finally:
+        warm.close()
+        fresh.close()
+
+
+def test_the_jailed_child_reuses_a_parsed_ground_truth(bwrap_sandbox: LocalSandbox) -> None:
+    checker = MathChecker(bwrap_sandbox, MathSettings())
+    try:
+        first = checker.check("\\frac{1}{2}", "\\boxed{0.5}", 10.0)
+        again = checker.check("\\frac{1}{2}", "\\boxed{0.4}", 10.0)
+        assert (first["cached"], first["correct"]) == (False, True)
+        assert (again["cached"], again["correct"]) == (True, False)
+    finally:
+        checker.close()
+
+
 def test_a_hanging_input_stalls_only_its_own_worker(handlers: tuple[VerifyHandler, VerifyHandler]) -> None:
     stuck, other = handlers
     assert _run(other, "$\\boxed{2}$", "2") == (Status.OK, 1.0)  # both children warm

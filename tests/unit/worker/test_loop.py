@@ -203,6 +203,30 @@ def test_drain_finishes_current_lease_and_takes_no_new_one() -> None:
     assert w.readiness() == (False, "draining")
 
 
+def test_a_revived_worker_serves_again_with_the_same_handler() -> None:
+    proxy = FakeProxy([lease(1)])
+    made: list[Handler] = []
+
+    def handler_for(t: str, s: str) -> Handler:
+        made.append(Handler(StageOutput.final(Status.OK, 1.0)))
+        return made[-1]
+
+    w = Worker(
+        "compile",
+        proxy,
+        load_pipelines(),
+        worker_id="w1",
+        reward_types=["synthetic"],
+        handler_for=handler_for,
+    )
+    w.request_drain()
+    w.run()  # returns at once: drained
+    assert w.readiness() == (False, "draining") and proxy.completed == []
+    w.revive()
+    assert w.readiness() == (True, "") and w.run_once() is True
+    assert [lid for lid, _ in proxy.completed] == ["L1"] and len(made) == 1 and len(made[0].seen) == 1
+
+
 def test_work_handed_out_after_a_drain_request_is_given_back_unrun() -> None:
     # The drain comes while the worker waits in its long-poll, which then returns a lease.
     proxy = FakeProxy([lease(1), lease(2)])
