@@ -66,7 +66,10 @@ class ProxySettings(StoreSettings):
         description="Reward type POST /get_reward scores with unless X-DistRS-Reward-Type says otherwise.",
     )
     compat_wait_s: float = Field(
-        600.0, gt=0, description="How long /run_code and /get_reward wait for their batch."
+        600.0,
+        gt=0,
+        description="How long /run_code and /get_reward wait for their batch, and the most an "
+        "X-DistRS-Timeout header may ask for.",
     )
     metrics_tenant_labels: bool = Field(
         False,
