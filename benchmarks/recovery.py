@@ -153,16 +153,17 @@ async def lease_holder(redis_url: str, svc: Service) -> subprocess.Popen[bytes]:
     raise RuntimeError("no compile worker took a lease")
 
 
-def lost_lease(redis_url: str, fault: str) -> dict[str, float]:
+def lost_lease(redis_url: str, fault: str, run: int) -> dict[str, float]:
     """Completion of one batch with ``fault`` applied to a lease-holding compile worker: seconds
-    after submission, and seconds after the fault began."""
+    after submission, and seconds after the fault began. ``run`` keeps each run's names apart
+    (the store is shared, and a resubmitted batch would only be a duplicate)."""
     with (
         running_service(workers={"compile": 2, "execute": 2}, redis_url=redis_url, env=ENV) as svc,
         svc.client() as c,
     ):
-        submit(c, "warm", "w0", 2, {"compile": 0.1, "execute": 0.1})  # workers are up and polling
-        wait_complete(c, "warm", "w0")
-        task = f"lease-{fault}"
+        submit(c, "warm", f"w{run}-{fault}", 2, {"compile": 0.1, "execute": 0.1})  # workers poll
+        wait_complete(c, "warm", f"w{run}-{fault}")
+        task = f"lease-{fault}-{run}"
         t0 = submit(c, task, "b0", BATCH, DURATIONS)
         victim = asyncio.run(lease_holder(redis_url, svc))
         t_fault = time.monotonic()
@@ -209,22 +210,24 @@ def batch_delay(c: httpx.Client, task: str, batch: str) -> float:
     return float(body["extra_delay_s"])
 
 
-def new_task_wait(redis_url: str, scaled: bool) -> dict[str, float]:
-    """Tenant B's third busy batch and, 0.5 s later, tenant A's new task (no history)."""
+def new_task_wait(redis_url: str, scaled: bool, run: int) -> dict[str, float]:
+    """Tenant B's third busy batch and, 0.5 s later, tenant A's new task (no history); task
+    names are new in every ``run``."""
     fixed = {} if scaled else {"compile": 2, "execute": 2}
     with running_service(workers=fixed, redis_url=redis_url, env=ENV) as svc:
         ctx = planner(svc, redis_url) if scaled else contextlib.nullcontext()
         b, a = svc.client(TRAINER_B), svc.client(TRAINER_A)
         with ctx, b, a:
+            busy, fresh = f"busy-{run}-{int(scaled)}", f"fresh-{run}-{int(scaled)}"
             for i in range(2):  # tenant B's task gets a history of batches like the next one
-                submit(b, "busy", f"h{i}", BUSY, BUSY_DURATIONS)
-                wait_complete(b, "busy", f"h{i}")
-            submit(b, "busy", "big", BUSY, BUSY_DURATIONS)
+                submit(b, busy, f"h{i}", BUSY, BUSY_DURATIONS)
+                wait_complete(b, busy, f"h{i}")
+            submit(b, busy, "big", BUSY, BUSY_DURATIONS)
             time.sleep(0.5)
-            t_new = submit(a, "fresh", "first", NEW, NEW_DURATIONS)
-            d_new = batch_delay(a, "fresh", "first")
+            t_new = submit(a, fresh, "first", NEW, NEW_DURATIONS)
+            d_new = batch_delay(a, fresh, "first")
             new_s = time.monotonic() - t_new
-            d_busy = batch_delay(b, "busy", "big")
+            d_busy = batch_delay(b, busy, "big")
             return {
                 "new_task_extra_delay_s": round(d_new, 2),
                 "new_task_first_batch_s": round(new_s, 2),
@@ -295,11 +298,11 @@ def main() -> None:
     with redis() as url:
         ll_runs: dict[str, list[dict[str, float]]] = {f: [] for f in faults}
         nt_runs: dict[str, list[dict[str, float]]] = {"fixed": [], "planner": []}
-        for _ in range(args.repeat):  # interleaved, so a busy spell of the machine hits all alike
+        for run in range(args.repeat):  # interleaved, so a busy spell of the machine hits all alike
             for f in faults:
-                ll_runs[f].append(lost_lease(url, f))
+                ll_runs[f].append(lost_lease(url, f, run))
             for k in nt_runs:
-                nt_runs[k].append(new_task_wait(url, scaled=k == "planner"))
+                nt_runs[k].append(new_task_wait(url, k == "planner", run))
     ttl = float(ENV["DISTRS_LEASE_TTL_S"])
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",

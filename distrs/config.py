@@ -51,9 +51,9 @@ class ProxySettings(StoreSettings):
         4.5,
         gt=0,
         description="Lease lifetime without a heartbeat. Workers are told to heartbeat every third of "
-        "it (1.5 s), so a lease survives two lost or late heartbeats (3 s without one) and a lease "
-        "whose worker stopped is requeued within this time plus reaper_interval_s; a long run "
-        "stays alive by its heartbeats.",
+        "it (1.5 s), so a heartbeat may come up to 3 s (two periods) late without the lease expiring, "
+        "and a lease whose worker stopped is requeued within this time plus reaper_interval_s; a long "
+        "run stays alive by its heartbeats.",
     )
     max_attempts: int = Field(3, ge=1, description="Leases per request before it ends internal_error.")
     max_payload_bytes: int = Field(1 << 20, ge=1024, description="Largest accepted request payload.")
