@@ -11,7 +11,10 @@ service's default lease TTL and heartbeat period unless the environment override
    fault-free baseline) and after the fault began, watched while the fault lasts. The lost
    worker's capacity is part of it: from the fault on, the other compile worker runs all eight
    compiles, so no recovery can finish before ``BATCH × compile + execute`` = 8.5 s after the
-   fault (the *capacity floor*); the target is the batch within 10 s of the fault.
+   fault (the *capacity floor*); the target is the batch within 10 s of the fault. Also
+   reported: when the store requeued the lost requests (its ``lease_expired`` events), which is
+   what the lease timing decides; ``--compare-former`` runs the faults with the former timing
+   (TTL 6 s, sweep 0.5 s) too, interleaved.
 2. **New task beside a busy tenant.** Tenant B has a task with history (two finished 30-request
    batches) and registers a third like them; 0.5 s later tenant A registers a new task, with no
    history, and a four-request batch. Reported: each batch's extra delay d = completion − T, T
@@ -23,7 +26,7 @@ service's default lease TTL and heartbeat period unless the environment override
    serves the earliest T first; only scaling (Alg. 1-2 at the new batch's arrival) can keep
    both batches within T + D.
 
-    .venv/bin/python benchmarks/recovery.py      # writes benchmarks/results/recovery.{json,md}
+    .venv/bin/python benchmarks/recovery.py --compare-former   # writes benchmarks/results/recovery.{json,md}
 
 Nothing here is asserted: these are the figures the fault-recovery work is judged by.
 """
@@ -134,18 +137,23 @@ def wait_complete(c: httpx.Client, task: str, batch: str, cap_s: float = 300.0) 
     raise RuntimeError(f"{task}/{batch} not complete in {cap_s}s")
 
 
-async def lease_holder(redis_url: str, svc: Service) -> subprocess.Popen[bytes]:
-    """The compile worker process holding a lease: the live lease ids from the store's lease
-    index, each lease's worker id (``HOST-PID...``) matched against the worker processes."""
+async def lease_holder(redis_url: str, svc: Service) -> tuple[subprocess.Popen[bytes], set[str]]:
+    """A compile worker process holding a lease, and the request ids it holds (a bundle may hold
+    several): the live lease ids from the store's lease index, each lease's worker id
+    (``HOST-PID...``) matched against the worker processes."""
     store = create_store(StoreSettings(redis_url=redis_url))
     client = Redis.from_url(redis_url)
     try:
         for _ in range(1000):
+            held: dict[int, set[str]] = {}
             for key in await client.zrange(Keys().leases(), 0, -1):  # lease keys, by deadline
                 lease = await store.get_lease(key.decode().rsplit(":", 1)[1])
                 for p in svc.workers:
                     if lease is not None and lease.stage == "compile" and f"-{p.pid}" in lease.worker_id:
-                        return p
+                        held.setdefault(p.pid, set()).add(lease.request_id)
+            for p in svc.workers:
+                if p.pid in held:
+                    return p, held[p.pid]
             await asyncio.sleep(0.01)
     finally:
         await client.aclose()
@@ -153,20 +161,38 @@ async def lease_holder(redis_url: str, svc: Service) -> subprocess.Popen[bytes]:
     raise RuntimeError("no compile worker took a lease")
 
 
-def lost_lease(redis_url: str, fault: str, run: int) -> dict[str, float]:
+async def expiries(redis_url: str, task: str) -> list[float]:
+    """Times of the store's ``lease_expired`` events of ``task`` (the reaper's requeues)."""
+    client = Redis.from_url(redis_url)
+    try:
+        out = []
+        for _, f in await client.xrange(Keys().events(), "-", "+"):
+            if f.get(b"type") == b"lease_expired" and f.get(b"task") == task.encode():
+                out.append(float(f[b"ts"]))
+        return out
+    finally:
+        await client.aclose()
+
+
+# The lease timing before the current defaults, measured beside them (``--compare-former``).
+FORMER = {"DISTRS_LEASE_TTL_S": "6.0", "DISTRS_REAPER_INTERVAL_S": "0.5"}
+
+
+def lost_lease(redis_url: str, fault: str, run: int, env: dict[str, str] | None = None) -> dict[str, float]:
     """Completion of one batch with ``fault`` applied to a lease-holding compile worker: seconds
     after submission, and seconds after the fault began. ``run`` keeps each run's names apart
     (the store is shared, and a resubmitted batch would only be a duplicate)."""
     with (
-        running_service(workers={"compile": 2, "execute": 2}, redis_url=redis_url, env=ENV) as svc,
+        running_service(workers={"compile": 2, "execute": 2}, redis_url=redis_url, env=env or ENV) as svc,
         svc.client() as c,
     ):
-        submit(c, "warm", f"w{run}-{fault}", 2, {"compile": 0.1, "execute": 0.1})  # workers poll
-        wait_complete(c, "warm", f"w{run}-{fault}")
-        task = f"lease-{fault}-{run}"
+        warm = f"w{run}-{fault}" + ("-former" if env else "")
+        submit(c, "warm", warm, 2, {"compile": 0.1, "execute": 0.1})  # workers are up and polling
+        wait_complete(c, "warm", warm)
+        task = f"lease-{fault}-{run}" + ("-former" if env else "")
         t0 = submit(c, task, "b0", BATCH, DURATIONS)
-        victim = asyncio.run(lease_holder(redis_url, svc))
-        t_fault = time.monotonic()
+        victim, lost = asyncio.run(lease_holder(redis_url, svc))
+        t_fault, wall_fault = time.monotonic(), time.time()
         resume: threading.Thread | None = None
         if fault == "sigstop_10s":
             os.killpg(victim.pid, signal.SIGSTOP)
@@ -181,7 +207,14 @@ def lost_lease(redis_url: str, fault: str, run: int) -> dict[str, float]:
             resume.join()
         statuses = sorted({r["status"] for r in body["results"]})
         assert body["done"] == BATCH and statuses == ["ok"], (body["done"], statuses)
-        return {"complete_s": round(end - t0, 2), "after_fault_s": round(end - t_fault, 2)}
+        expired = asyncio.run(expiries(redis_url, f"tenant-a/{task}"))
+        return {
+            "complete_s": round(end - t0, 2),
+            "after_fault_s": round(end - t_fault, 2),
+            "lost_requests": float(len(lost)) if fault != "baseline" else 0.0,
+            # the store's lease_expired events (wall clock): when the lost requests were requeued
+            "requeued_after_fault_s": round(max(expired) - wall_fault, 2) if expired else 0.0,
+        }
 
 
 @contextlib.contextmanager
@@ -257,15 +290,23 @@ def render_md(r: dict[str, Any]) -> str:
         f"Lost lease: a batch of {BATCH} synthetic requests (compile {DURATIONS['compile']} s, execute "
         f"{DURATIONS['execute']} s) on 2 + 2 workers; a compile worker holding a lease is stopped "
         f"(SIGSTOP for {STOP_S:g} s) or killed. Target: the batch complete within 10 s of the fault; "
-        f"capacity floor {CAPACITY_FLOOR_S:g} s (the other compile worker runs all {BATCH} compiles).",
+        f"capacity floor {CAPACITY_FLOOR_S:g} s (the other compile worker runs all {BATCH} compiles). "
+        "A lost request is requeued when its lease has expired (lease TTL plus at most one sweep) "
+        "and runs as soon as a compile worker is free.",
         "",
-        "| lost lease | batch complete after submission (s) | after the fault began (s) |",
-        "|---|---|---|",
+        "| lost lease | batch complete after submission (s) | after the fault began (s) "
+        "| lost requests requeued after the fault (s) | requests the worker held, per run |",
+        "|---|---|---|---|---|",
     ]
-    for k in ("baseline", "sigstop_10s", "sigkill"):
+    for k in ll:
         med, worst = ll[k]["median"], ll[k]["worst"]
-        after = f"{med['after_fault_s']} ({worst['after_fault_s']})" if k != "baseline" else "-"
-        lines.append(f"| {k} | {med['complete_s']} ({worst['complete_s']}) | {after} |")
+        cells = [f"{med[f]} ({worst[f]})" for f in ("after_fault_s", "requeued_after_fault_s")]
+        if k == "baseline":
+            cells = ["-", "-"]
+        held = "-" if k == "baseline" else " ".join(f"{r['lost_requests']:g}" for r in ll[k]["runs"])
+        lines.append(
+            f"| {k} | {med['complete_s']} ({worst['complete_s']}) | " + " | ".join(cells) + f" | {held} |"
+        )
     lines += [
         "",
         f"New task: tenant B's third {BUSY}-request batch (compile {BUSY_DURATIONS['compile']} s, execute "
@@ -293,14 +334,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--repeat", type=int, default=3, help="Runs of each scenario (median and worst).")
+    ap.add_argument(
+        "--compare-former",
+        action="store_true",
+        help="Also run the lost-lease faults with the former lease timing (TTL 6 s, sweep 0.5 s).",
+    )
     args = ap.parse_args()
     faults = ("baseline", "sigstop_10s", "sigkill")
+    former = ("sigstop_10s", "sigkill") if args.compare_former else ()
     with redis() as url:
         ll_runs: dict[str, list[dict[str, float]]] = {f: [] for f in faults}
+        ll_runs |= {f"{f} (former: TTL 6 s, sweep 0.5 s)": [] for f in former}
         nt_runs: dict[str, list[dict[str, float]]] = {"fixed": [], "planner": []}
         for run in range(args.repeat):  # interleaved, so a busy spell of the machine hits all alike
             for f in faults:
                 ll_runs[f].append(lost_lease(url, f, run))
+            for f in former:
+                ll_runs[f"{f} (former: TTL 6 s, sweep 0.5 s)"].append(
+                    lost_lease(url, f, run, {**ENV, **FORMER})
+                )
             for k in nt_runs:
                 nt_runs[k].append(new_task_wait(url, k == "planner", run))
     ttl = float(ENV["DISTRS_LEASE_TTL_S"])
