@@ -1,9 +1,10 @@
 """Worker-facing routes: lease (long-poll), heartbeat, complete, release.
 
 These are the proxy's hottest paths (two calls per request per stage), so they take the raw
-request, authorize it directly and validate the body with pydantic themselves instead of
+request, authorize it directly and read the body themselves (``proxy/body.py``, as every other
+route: orjson, then the pydantic model; a lone surrogate is a 422 naming its field) instead of
 declaring FastAPI dependencies: dependency resolution cost more than the work itself. The
-OpenAPI schema still documents each body.
+OpenAPI schema still documents each body. Lease ids in paths follow the one id rule.
 
 A lease long-poll parks on the store's wake-up for its stage; it never spins. Completing moves the
 request to its next stage (with artifacts, size-capped) or records its final result; the metrics
