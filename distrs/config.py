@@ -48,11 +48,12 @@ class ProxySettings(StoreSettings):
     )
     pipelines_file: str | None = Field(None, description="YAML overriding the built-in stages/types.")
     lease_ttl_s: float = Field(
-        6.0,
+        4.5,
         gt=0,
         description="Lease lifetime without a heartbeat. Workers are told to heartbeat every third of "
-        "it, so a lease whose worker stopped is requeued within about this time plus "
-        "reaper_interval_s; a long run stays alive by its heartbeats.",
+        "it (1.5 s), so a heartbeat may come up to 3 s (two periods) late without the lease expiring, "
+        "and a lease whose worker stopped is requeued within this time plus reaper_interval_s; a long "
+        "run stays alive by its heartbeats.",
     )
     max_attempts: int = Field(3, ge=1, description="Leases per request before it ends internal_error.")
     max_payload_bytes: int = Field(1 << 20, ge=1024, description="Largest accepted request payload.")
@@ -60,13 +61,18 @@ class ProxySettings(StoreSettings):
     max_artifact_bytes: int = Field(16 << 20, ge=1024, description="Largest artifact set per lease.")
     max_bulk: int = Field(4096, ge=1, description="Most requests in one bulk submit.")
     max_wait_s: float = Field(60.0, gt=0, description="Longest long-poll a client may ask for.")
-    reaper_interval_s: float = Field(0.5, gt=0, description="How often expired leases are requeued.")
+    reaper_interval_s: float = Field(
+        0.25, gt=0, description="How often expired leases are requeued (one store call per sweep)."
+    )
     compat_reward_type: str = Field(
         "math",
         description="Reward type POST /get_reward scores with unless X-DistRS-Reward-Type says otherwise.",
     )
     compat_wait_s: float = Field(
-        600.0, gt=0, description="How long /run_code and /get_reward wait for their batch."
+        600.0,
+        gt=0,
+        description="How long /run_code and /get_reward wait for their batch, and the most an "
+        "X-DistRS-Timeout header may ask for.",
     )
     metrics_tenant_labels: bool = Field(
         False,

@@ -5,7 +5,8 @@ surrogate (``"\\ud800"``), which Python's own ``json`` would accept and which no
 write back out: such a payload would be queued and only fail when a worker's lease is rendered.
 So when orjson refuses a body, the body is parsed again with the standard library to tell a
 malformed body (400) from a well-formed one holding a lone surrogate (422 naming the field, e.g.
-``requests.3.payload.code``). Either way nothing reaches the store.
+``requests.3.payload.code``). Either way nothing reaches the store. Worker routes read their
+bodies here too, so a lease call, heartbeat or completion gets the same answers.
 """
 
 from __future__ import annotations
@@ -55,11 +56,17 @@ def loads(raw: bytes) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         reason = str(exc)
+    malformed = ApiError(400, "malformed_json", f"request body is not valid JSON: {reason}")
     try:
-        lenient = json.loads(raw)
+        # UTF-8 only (RFC 8259 §8.1): ``json.loads`` of bytes would also guess UTF-16/32, and
+        # it accepts what orjson rightly refuses (``NaN``, ``1e400``): only a lone surrogate
+        # it finds makes the refusal a 422.
+        lenient = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError):
-        raise ApiError(400, "malformed_json", f"request body is not valid JSON: {reason}") from None
-    where = surrogate_path(lenient) or "body"
+        raise malformed from None
+    where = surrogate_path(lenient)
+    if where is None:
+        raise malformed
     raise ApiError(
         422,
         "invalid_string",

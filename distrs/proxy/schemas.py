@@ -1,6 +1,6 @@
 """HTTP request and response bodies of API v1 (DESIGN.md). Unknown fields are rejected (422).
 
-Every id the API takes (task, batch, request, stage, worker; path parameters and headers
+Every id the API takes (task, batch, request, stage, worker, lease; path parameters and headers
 included) is checked against one pattern, ``ID_PATTERN``: 1-200 characters of ASCII letters,
 digits and ``. _ : @ + = -``. No ``/`` (the proxy keeps a task as ``TENANT/TASK`` in the store, so
 a ``/`` inside an id would make that name ambiguous and a path unreadable), no spaces or control
@@ -83,11 +83,10 @@ class CompleteRequest(_Strict):
 
 # Most leases one bundle call may take, extend or complete (more gives 422 naming the field).
 MAX_BUNDLE = 128
-_LEASE_ID = r"^[A-Za-z0-9_-]{1,64}$"
 
 
 class LeaseBundleRequest(_Strict):
-    stage: str
+    stage: str = Field(pattern=_ID)
     worker_id: str = Field(pattern=_ID)
     wait_s: float = Field(0.0, ge=0, le=300)
     max_items: int = Field(ge=1, le=MAX_BUNDLE, description="Most requests to lease in this call (k).")
@@ -95,11 +94,11 @@ class LeaseBundleRequest(_Strict):
 
 class BundleHeartbeatRequest(_Strict):
     worker_id: str = Field(pattern=_ID)
-    lease_ids: list[Annotated[str, Field(pattern=_LEASE_ID)]] = Field(min_length=1, max_length=MAX_BUNDLE)
+    lease_ids: list[Annotated[str, Field(pattern=_ID)]] = Field(min_length=1, max_length=MAX_BUNDLE)
 
 
 class BundleCompleteItem(_Strict):
-    lease_id: str = Field(pattern=_LEASE_ID)
+    lease_id: str = Field(pattern=_ID)
     outcome: str = Field(pattern="^(next|final)$")
     result: ResultIn | None = None
     artifacts: dict[str, str] | None = None

@@ -48,6 +48,14 @@ ROUTES = [
         "worker",
         {"worker_id": "w1", "outcome": "final", "result": {"status": "ok", "score": 1.0}},
     ),
+    Route("POST", "/v1/leases/bundle", "worker", {"stage": "verify", "worker_id": "w1", "max_items": 2}),
+    Route("POST", "/v1/leases/heartbeat", "worker", {"worker_id": "w1", "lease_ids": ["L1"]}),
+    Route(
+        "POST",
+        "/v1/leases/complete",
+        "worker",
+        {"worker_id": "w1", "items": [{"lease_id": "L1", "outcome": "final", "result": {"status": "ok"}}]},
+    ),
     Route("GET", "/v1/stats", "admin"),
     Route("POST", "/run_code", "a", {"code": "print(1)", "language": "python"}),
     Route("POST", "/get_reward", "a", {"query": ["Px"], "prompts": ["P"]}),
@@ -69,12 +77,17 @@ async def call(c: httpx.AsyncClient, route: Route, **kw: Any) -> httpx.Response:
     return await c.request(route.method, route.path, headers=headers, **kw)
 
 
+MALFORMED = (b'{"task": ', b"", b"[1, 2", b"\xff\xfe{}", b'{"a": NaN}', b"[1e400]", b'{"a": "\xed\xa0\x80"}')
+
+
 @pytest.mark.parametrize("route", BODY_ROUTES, ids=str)
 async def test_malformed_json_is_400(hostile: Hostile, route: Route) -> None:
-    for raw in (b'{"task": ', b"", b"[1, 2", b"\xff\xfe{}", b'{"a": NaN'):
+    """Not JSON, not UTF-8 (a UTF-16 BOM, an encoded surrogate), NaN, a number past a double:
+    400 ``malformed_json`` on every route, worker routes included."""
+    for raw in MALFORMED:
         r = await call(hostile.by_name(route.role), route, content=raw)
-        err = check_error(r, 400, 422)
-        assert err["code"] in ("malformed_json", "invalid_request", "invalid_string"), err
+        err = check_error(r, 400)
+        assert err["code"] == "malformed_json", (raw, err)
 
 
 @pytest.mark.parametrize("route", BODY_ROUTES, ids=str)
@@ -92,10 +105,45 @@ async def test_lone_surrogate_is_refused(hostile: Hostile, route: Route) -> None
     body = dict(route.body)
     body[key] = ["\ud800"] if isinstance(body[key], list) else "x\ud800"
     raw = httpx_json(body)
-    err = check_error(await call(hostile.by_name(route.role), route, content=raw), 400, 422)
-    if route.path in ("/v1/batches", "/v1/requests", "/run_code", "/get_reward", "/slime/reward"):
-        assert err["code"] == "invalid_string" and err["details"]["field"].startswith(key), err
+    err = check_error(await call(hostile.by_name(route.role), route, content=raw), 422)
+    assert err["code"] == "invalid_string" and err["details"]["field"].startswith(key), err
+    assert err["message"].startswith(key), err
     assert await hostile.store.snapshot(0.0) == type(await hostile.store.snapshot(0.0))(now=0.0)
+
+
+WORKER_SURROGATES = [
+    ("/v1/leases", {"stage": "verify", "worker_id": "w", "wait_s": 0, "x": {"k": "\udc00"}}, "x.k"),
+    (
+        "/v1/leases/L1/complete",
+        {
+            "worker_id": "w",
+            "outcome": "final",
+            "result": {"status": "ok", "detail": {"log": ["ok", "\ud83d"]}},
+        },
+        "result.detail.log.1",
+    ),
+    ("/v1/leases/heartbeat", {"worker_id": "w", "lease_ids": ["L1", "L\udfff"]}, "lease_ids.1"),
+    (
+        "/v1/leases/complete",
+        {"worker_id": "w", "items": [{"lease_id": "L1", "outcome": "next", "artifacts": {"bin": "\ud800"}}]},
+        "items.0.artifacts.bin",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "field"), WORKER_SURROGATES, ids=[c[0] for c in WORKER_SURROGATES])
+async def test_worker_routes_name_the_field_holding_a_lone_surrogate(
+    hostile: Hostile, path: str, body: dict[str, Any], field: str
+) -> None:
+    """Worker routes read bodies like every other route: a surrogate nested anywhere is a 422
+    naming its field (not a 400 naming nothing), and nothing of the call takes effect."""
+    r = await hostile.worker.post(
+        path, content=httpx_json(body), headers={"Content-Type": "application/json"}
+    )
+    err = check_error(r, 422)
+    assert err["code"] == "invalid_string" and err["details"]["field"] == field, err
+    assert err["message"].startswith(field), err
+    assert hostile.store.snapshot is not None and not (await hostile.store.snapshot(0.0)).batches
 
 
 def httpx_json(body: dict[str, Any]) -> bytes:
@@ -164,6 +212,60 @@ async def test_bad_ids_in_paths_are_4xx_naming_the_parameter(hostile: Hostile, b
         422,
     )
     assert err["details"]["field"] == "X-DistRS-Task"
+
+
+@pytest.mark.parametrize("bad", ["a b", "x" * 201, "caf%C3%A9", "a%01b", "a;b", "a%2Fb"])
+async def test_bad_lease_ids_are_422_naming_the_field(hostile: Hostile, bad: str) -> None:
+    """Lease ids follow the one id rule, in paths and in bundle bodies alike."""
+    for op, body in (
+        ("heartbeat", {"worker_id": "w1"}),
+        ("release", {"worker_id": "w1"}),
+        ("complete", {"worker_id": "w1", "outcome": "final", "result": {"status": "ok"}}),
+    ):
+        r = await hostile.worker.post(f"/v1/leases/{bad}/{op}", json=body)
+        if "%2F" in bad:  # routed as two path segments: no such route
+            check_error(r, 404)
+            continue
+        assert check_error(r, 422)["message"].startswith("path.lease_id"), r.text
+    raw = bad.replace("%C3%A9", "\u00e9").replace("%01", "\u0001").replace("%2F", "/")
+    for path, body, field in (
+        ("/v1/leases/heartbeat", {"worker_id": "w1", "lease_ids": ["L1", raw]}, "lease_ids.1"),
+        (
+            "/v1/leases/complete",
+            {"worker_id": "w1", "items": [{"lease_id": raw, "outcome": "final", "result": {"status": "ok"}}]},
+            "items.0.lease_id",
+        ),
+    ):
+        err = check_error(await hostile.worker.post(path, json=body), 422)
+        assert err["message"].startswith(field), err
+    err = check_error(
+        await hostile.worker.post(
+            "/v1/leases/bundle", json={"stage": raw, "worker_id": "w1", "max_items": 2}
+        ),
+        422,
+    )
+    assert err["message"].startswith("stage"), err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e400", "601", "1e9", "ten"])
+async def test_x_distrs_timeout_outside_its_range_is_422_naming_the_header(
+    hostile: Hostile, value: str
+) -> None:
+    """X-DistRS-Timeout is a number of seconds in (0, compat_wait_s]; nothing is registered."""
+    for path, body in (
+        ("/get_reward", {"query": ["Px"], "prompts": ["P"]}),
+        ("/run_code", {"code": "print(1)", "language": "python"}),
+    ):
+        err = check_error(await hostile.a.post(path, json=body, headers={"X-DistRS-Timeout": value}), 422)
+        assert err["details"]["field"] == "X-DistRS-Timeout" and err["message"].startswith("X-DistRS-Timeout")
+    assert (await hostile.store.snapshot(0.0)).batches == []
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "1e400", "3601", "soon"])
+async def test_wait_s_query_outside_its_range_is_422_naming_it(hostile: Hostile, value: str) -> None:
+    await hostile.a.post("/v1/batches", json={"task": "t1", "batch_id": "b1", "size": 1})
+    err = check_error(await hostile.a.get("/v1/batches/t1/b1/results", params={"wait_s": value}), 422)
+    assert err["message"].startswith("query.wait_s"), err
 
 
 async def test_slash_in_a_path_id_never_reaches_another_name(hostile: Hostile) -> None:

@@ -26,7 +26,7 @@ against ``max_bulk`` and each row's payload against ``max_payload_bytes``. Optio
 ``X-DistRS-Task`` (default ``sandboxfusion`` / ``openrlhf``; like every task it belongs to the
 caller's tenant, so another tenant cannot take it),
 ``X-DistRS-Batch`` (the batch id; give the same id when retrying a call and the retry returns the
-first call's results instead of running anything twice), ``X-DistRS-Timeout`` (seconds to wait).
+first call's results instead of running anything twice), ``X-DistRS-Timeout`` (seconds to wait, at most ``compat_wait_s``).
 
 Neither framework's client sends credentials, so besides ``Authorization: Bearer`` these routes
 accept the trainer token as a ``?token=`` query parameter (it is part of the URL both frameworks
@@ -128,16 +128,21 @@ def _default_task(base: str, who: Principal) -> str:
 
 
 def _wait_s(value: str | None, st: AppState) -> float:
-    """``X-DistRS-Timeout`` or the configured default (``compat_wait_s``, else 600 s)."""
+    """``X-DistRS-Timeout`` or the configured default (``compat_wait_s``, else 600 s); the
+    header must be a number of seconds in (0, ``compat_wait_s``] (422 naming it otherwise)."""
     if value is None:
         return st.settings.compat_wait_s
     try:
         v = float(value)
     except ValueError:
         v = -1.0
-    if not math.isfinite(v) or v <= 0:
+    top = st.settings.compat_wait_s
+    if not math.isfinite(v) or v <= 0 or v > top:
         raise ApiError(
-            422, "invalid_header", "X-DistRS-Timeout: must be a positive number", field="X-DistRS-Timeout"
+            422,
+            "invalid_header",
+            f"X-DistRS-Timeout: must be a number of seconds in (0, {top:g}]",
+            field="X-DistRS-Timeout",
         )
     return v
 

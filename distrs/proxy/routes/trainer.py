@@ -41,6 +41,8 @@ _RESULTS = TypeAdapter(list[Result])
 TaskPath = Path(pattern=ID_PATTERN, description=f"Task id ({ID_RULE}).")
 BatchPath = Path(pattern=ID_PATTERN, description=f"Batch id ({ID_RULE}).")
 RequestPath = Path(pattern=ID_PATTERN, description=f"Request id ({ID_RULE}).")
+# The range of ``?wait_s=`` (422 outside it); a wait above the proxy's max_wait_s is served as that.
+MAX_WAIT_QUERY_S = 3600.0
 TENANT_DOC = "Admin only: act for this tenant (default: the token's own)."
 
 
@@ -208,7 +210,12 @@ async def get_request(
 async def batch_results(
     task: str = TaskPath,
     batch_id: str = BatchPath,
-    wait_s: float = Query(0.0, ge=0, description="Long-poll up to this many seconds for completion."),
+    wait_s: float = Query(
+        0.0,
+        ge=0,
+        le=MAX_WAIT_QUERY_S,
+        description="Long-poll up to this many seconds (served up to max_wait_s).",
+    ),
     tenant: str | None = Query(None, description=TENANT_DOC),
     who: Principal = Depends(trainer),
     st: AppState = Depends(get_state),

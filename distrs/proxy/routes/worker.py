@@ -1,9 +1,10 @@
 """Worker-facing routes: lease (long-poll), heartbeat, complete, release.
 
 These are the proxy's hottest paths (two calls per request per stage), so they take the raw
-request, authorize it directly and validate the body with pydantic themselves instead of
+request, authorize it directly and read the body themselves (``proxy/body.py``, as every other
+route: orjson, then the pydantic model; a lone surrogate is a 422 naming its field) instead of
 declaring FastAPI dependencies: dependency resolution cost more than the work itself. The
-OpenAPI schema still documents each body.
+OpenAPI schema still documents each body. Lease ids in paths follow the one id rule.
 
 A lease long-poll parks on the store's wake-up for its stage; it never spins. Completing moves the
 request to its next stage (with artifacts, size-capped) or records its final result; the metrics
@@ -37,15 +38,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
-from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ValidationError
+from fastapi import APIRouter, Path, Request, Response
+from pydantic import BaseModel
 
 from distrs.core.model import Lease, Result, Status
+from distrs.proxy import body as json_body
 from distrs.proxy.auth import Role
 from distrs.proxy.deps import AppState, authorize
-from distrs.proxy.errors import ApiError, invalid
+from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.schemas import (
+    ID_PATTERN,
+    ID_RULE,
     BundleCompleteRequest,
     BundleHeartbeatRequest,
     CompleteRequest,
@@ -68,6 +72,8 @@ INSECURE_HOLDER = "insecure"
 HEARTBEATS_PER_TTL = 3.0
 
 router = APIRouter(prefix="/v1/leases", tags=["worker"])
+# A lease id in a path follows the one id rule (schemas.ID_PATTERN): 422 ``path.lease_id: ...``.
+LeasePath = Path(pattern=ID_PATTERN, description=f"Lease id ({ID_RULE}).")
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -94,10 +100,9 @@ def heartbeat_period(ttl_s: float) -> float:
 
 
 async def _parse(request: Request, model: type[M]) -> M:
-    try:
-        return model.model_validate_json(await request.body())
-    except ValidationError as exc:
-        raise invalid(exc) from None
+    """The body as ``model``, read like every other route's (``proxy/body.py``): 400 for
+    malformed JSON, 422 naming the field for a lone surrogate or an invalid value."""
+    return json_body.parse(await request.body(), model)
 
 
 @router.post(
@@ -149,7 +154,7 @@ async def _long_poll(
 
 
 @router.post("/{lease_id}/heartbeat", openapi_extra=_body_doc(HeartbeatRequest))
-async def heartbeat(lease_id: str, request: Request) -> JSONResponse:
+async def heartbeat(request: Request, lease_id: str = LeasePath) -> JSONResponse:
     """Extend a live lease by the lease TTL."""
     st, _ = authorize(request, Role.WORKER)
     await _parse(request, HeartbeatRequest)
@@ -159,7 +164,7 @@ async def heartbeat(lease_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/{lease_id}/release", openapi_extra=_body_doc(ReleaseRequest))
-async def release(lease_id: str, request: Request) -> JSONResponse:
+async def release(request: Request, lease_id: str = LeasePath) -> JSONResponse:
     """Give a live lease back unworked: the request goes back to its place in the queue and the
     attempt does not count (a worker that was told to stop while it waited for work)."""
     st, _ = authorize(request, Role.WORKER)
@@ -170,7 +175,7 @@ async def release(lease_id: str, request: Request) -> JSONResponse:
 
 
 @router.post("/{lease_id}/complete", openapi_extra=_body_doc(CompleteRequest))
-async def complete(lease_id: str, request: Request) -> JSONResponse:
+async def complete(request: Request, lease_id: str = LeasePath) -> JSONResponse:
     """Finish a lease: ``next`` (with artifacts) or ``final`` (with a result)."""
     st, _ = authorize(request, Role.WORKER)
     body = await _parse(request, CompleteRequest)
