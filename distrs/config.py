@@ -68,6 +68,14 @@ class ProxySettings(StoreSettings):
         "math",
         description="Reward type POST /get_reward scores with unless X-DistRS-Reward-Type says otherwise.",
     )
+    rollout_start_skew_s: float = Field(
+        30.0,
+        ge=0,
+        description="How far before its registration a batch's rollout_started_at may lie; earlier "
+        "(or future) values are clamped. The EBF queues rank batches by the completion time "
+        "estimated from it, so an unbounded value would let a trainer backdate its way ahead of "
+        "other tenants.",
+    )
     compat_wait_s: float = Field(
         600.0,
         gt=0,

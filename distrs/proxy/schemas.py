@@ -30,7 +30,10 @@ class BatchCreate(_Strict):
     size: int = Field(ge=1, le=1_000_000, description="How many requests the batch will hold.")
     reward_type: str | None = Field(None, description="Reward type of the batch's requests, if uniform.")
     rollout_started_at: float | None = Field(
-        None, description="Unix time the rollout started (the planner's warm-up hint); default now."
+        None,
+        allow_inf_nan=False,
+        description="Unix time the rollout started (the planner's warm-up hint); default now. "
+        "Held to [now - DISTRS_ROLLOUT_START_SKEW_S, now].",
     )
 
 

@@ -4,6 +4,7 @@ lone surrogates reaching a lease, tenant names on /metrics, and store outages an
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import pytest
@@ -166,3 +167,29 @@ async def test_an_unreachable_store_answers_503_with_retry_after(unused_tcp_port
     finally:
         for c in cs.values():
             await c.aclose()
+
+
+async def test_a_backdated_or_future_rollout_start_is_held_to_the_skew(hostile: Hostile) -> None:
+    """EBF ranks batches by T estimated from rollout_started_at: a tenant backdating it to 0 would
+    go ahead of every other tenant's batch; it is clamped to [now - skew, now] instead."""
+    before = time.time()
+    r = await hostile.b.post(
+        "/v1/batches", json={"task": "t", "batch_id": "old", "size": 1, "rollout_started_at": 0.0}
+    )
+    assert r.status_code == 201, r.text
+    skew = ProxySettings.model_fields["rollout_start_skew_s"].default
+    assert r.json()["rollout_started_at"] >= before - skew - 1
+    r = await hostile.b.post(
+        "/v1/batches", json={"task": "t", "batch_id": "new", "size": 1, "rollout_started_at": 4e12}
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["rollout_started_at"] <= time.time() + 1
+    honest = time.time() - 5
+    r = await hostile.a.post(
+        "/v1/batches", json={"task": "t", "batch_id": "h", "size": 1, "rollout_started_at": honest}
+    )
+    assert r.json()["rollout_started_at"] == pytest.approx(honest)
+    r = await hostile.a.post(
+        "/v1/batches", json={"task": "t", "batch_id": "n", "size": 1, "rollout_started_at": "NaN"}
+    )
+    assert r.status_code == 422 and "rollout_started_at" in r.text

@@ -60,13 +60,18 @@ async def register_batch(
             422, "unknown_reward_type", _unknown_type_msg(st, body.reward_type), field="reward_type"
         )
     now = st.clock()
+    started = now if body.rollout_started_at is None else body.rollout_started_at
+    # EBF ranks batches by T estimated from this hint (paper Sec. 5.2): a backdated or future
+    # value would move this tenant's batches ahead of (or behind) others', so it is held to
+    # [now - skew, now]
+    started = min(now, max(now - st.settings.rollout_start_skew_s, started))
     info = BatchInfo(
         tenant=who.tenant,
         task=who.scope(body.task),
         batch_id=body.batch_id,
         size=body.size,
         reward_type=body.reward_type,
-        rollout_started_at=body.rollout_started_at if body.rollout_started_at is not None else now,
+        rollout_started_at=started,
     )
     batch, created = await st.store.register_batch(info, now)
     if not created:
