@@ -7,8 +7,9 @@
   worker measures it: as many requests as run in about ``bundle_target_s``
   (``core.bundles.bundle_size``), so
   a bundle delays its first result by at most about that much, and a long stage runs k = 1. The
-  items run one after another and are reported about every ``bundle_target_s`` (so one slow
-  item does not hold back the others' results); a lease the proxy refused meanwhile (expired and
+  items run one after another; once a bundle has run for ``bundle_target_s`` the finished items
+  are reported and the unstarted ones given back to the queue (so items longer than measured
+  neither hold back the others' results nor keep them from idle workers); a lease the proxy refused meanwhile (expired and
   handed to another worker) is skipped, not run; a drain requested mid-bundle gives the
   unstarted items back, so draining never waits for more than the item that is running. A proxy
   without bundle routes makes the worker fall back to one lease per call.
@@ -270,11 +271,19 @@ class Worker:
                     continue
                 items.append({"lease_id": lease["lease_id"], **self._timed_run(lease)})
                 if self.clock() - flushed >= self.bundle_target_s and n + 1 < len(leases):
-                    # a slow item: report what is done rather than hold it back
+                    # Overran the bundle's time (the items are longer than the measured mean,
+                    # e.g. a mean set by instant failures): report what is done and give the
+                    # unstarted items back, at their place in the queue, so idle workers take
+                    # them instead of waiting behind this one; a bundle thus holds a request
+                    # unrun for at most about bundle_target_s plus one item.
                     self._complete_bundle(items)
+                    items = []
                     with lock:
-                        live.difference_update(it["lease_id"] for it in items)
-                    items, flushed = [], self.clock()
+                        rest = [r["lease_id"] for r in leases[n + 1 :] if r["lease_id"] in live]
+                        live.clear()
+                    for lease_id in rest:
+                        self._give_back(lease_id)
+                    break
         finally:
             stop_hb.set()
         if items:

@@ -325,7 +325,9 @@ def test_drain_mid_bundle_gives_the_unstarted_items_back() -> None:
     assert proxy.released == [("L3", "w1"), ("L4", "w1"), ("L5", "w1")]
 
 
-def test_slow_item_reports_what_is_done_without_waiting_for_the_rest() -> None:
+def test_an_overrun_bundle_reports_what_is_done_and_gives_the_rest_back() -> None:
+    """A bundle sized by a mean that instant items set (e.g. empty requests) must not hold the
+    others unrun behind a slow item while other workers are idle."""
     proxy = FakeProxy([lease(i) for i in range(1, 5)])
     t = [0.0]
     h = Handler(StageOutput.final(Status.OK, 1.0))
@@ -340,7 +342,8 @@ def test_slow_item_reports_what_is_done_without_waiting_for_the_rest() -> None:
     w.run_once()
     w.mean_run_s = 0.01
     assert w.run_once()
-    assert [[it["lease_id"] for it in c] for c in proxy.bundle_completions] == [["L2", "L3"], ["L4"]]
+    assert [[it["lease_id"] for it in c] for c in proxy.bundle_completions] == [["L2", "L3"]]
+    assert proxy.released == [("L4", "w1")]
 
 
 def test_proxy_without_bundles_falls_back_to_one_lease_per_call() -> None:
