@@ -279,9 +279,9 @@ class Worker:
                     self._complete_bundle(items)
                     items = []
                     with lock:
-                        rest = [r["lease_id"] for r in leases[n + 1 :] if r["lease_id"] in live]
+                        unstarted = [r["lease_id"] for r in leases[n + 1 :] if r["lease_id"] in live]
                         live.clear()
-                    for lease_id in rest:
+                    for lease_id in unstarted:
                         self._give_back(lease_id)
                     break
         finally:
