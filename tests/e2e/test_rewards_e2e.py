@@ -19,6 +19,7 @@ import pytest
 from distrs.rewards.cuda import gpu_devices
 from distrs.sandbox import SandboxSettings
 from distrs.sandbox.factory import probe_bwrap
+from tests.fixtures.batches import submit_and_wait
 from tests.fixtures.service import WORKER, Service, free_port, running_service
 from tests.integration.sandbox.conftest import assert_no_survivors
 
@@ -63,22 +64,7 @@ def svc() -> Iterator[Service]:
 def judge(svc: Service, items: list[tuple[str, dict[str, Any]]], wait_s: float = 90) -> list[dict[str, Any]]:
     """Submit one batch of (reward_type, payload) and wait for all results, in order."""
     c = svc.client(timeout=wait_s + 10)
-    task, batch = "e2e", uuid.uuid4().hex[:8]
-    assert (
-        c.post("/v1/batches", json={"task": task, "batch_id": batch, "size": len(items)}).status_code == 201
-    )
-    reqs = [
-        {"task": task, "batch_id": batch, "request_id": f"{batch}-{i}", "reward_type": rt, "payload": p}
-        for i, (rt, p) in enumerate(items)
-    ]
-    r = c.post("/v1/requests", json={"requests": reqs})
-    assert r.status_code == 202, r.text
-    deadline = time.monotonic() + wait_s
-    body: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        body = c.get(f"/v1/batches/{task}/{batch}/results", params={"wait_s": 10}).json()
-        if body.get("complete"):
-            break
+    batch, body = submit_and_wait(c, "e2e", items, wait_s)
     assert body.get("complete"), f"batch incomplete: {body}\n{svc.logs()}"
     by_id = {x["request_id"]: x for x in body["results"]}
     return [by_id[f"{batch}-{i}"] for i in range(len(items))]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.batches import submit_and_wait
 from tests.pods.cluster import System, auth_header
 from tests.pods.podspec import Unsupported
 
@@ -38,22 +38,8 @@ PY_OK = "a, b = map(int, input().split())\nprint(a + b)\n"
 
 def judge(s: System, items: list[tuple[str, dict[str, Any]]], wait_s: float = 180) -> list[dict[str, Any]]:
     """Submit one batch through the proxy as a trainer and wait for every result, in order."""
-    task, batch = "pods", uuid.uuid4().hex[:8]
     with httpx.Client(base_url=s.proxy_url, headers=auth_header(s.trainer_token), timeout=60) as c:
-        r = c.post("/v1/batches", json={"task": task, "batch_id": batch, "size": len(items)})
-        assert r.status_code == 201, r.text
-        reqs = [
-            {"task": task, "batch_id": batch, "request_id": f"{batch}-{i}", "reward_type": rt, "payload": p}
-            for i, (rt, p) in enumerate(items)
-        ]
-        r = c.post("/v1/requests", json={"requests": reqs})
-        assert r.status_code == 202, r.text
-        deadline = time.monotonic() + wait_s
-        body: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            body = c.get(f"/v1/batches/{task}/{batch}/results", params={"wait_s": 10}).json()
-            if body.get("complete"):
-                break
+        batch, body = submit_and_wait(c, "pods", items, wait_s)
     assert body.get("complete"), f"batch incomplete: {body}\n" + "\n".join(
         f"--- {n}\n{s.logs(n)[-3000:]}" for n in s.workers.values()
     )
