@@ -171,6 +171,34 @@ async def test_submit_is_idempotent(store: QueueStore) -> None:
     assert sorted(await drain(store, "compile", 103.0)) == ["r1", "r2", "r3"]  # each queued once
 
 
+async def test_request_id_is_idempotent_per_task_across_batches(store: QueueStore) -> None:
+    """The README's promise: ``request_id`` is idempotent within a *task*, not within a batch. The
+    same id in a second batch of the same task is a duplicate, never queued, never leased again,
+    and does not count towards the second batch's size; another task may use the id freely."""
+    await register(store, batch="b1", size=1)
+    await register(store, batch="b2", size=2)
+    await register(store, batch="b1", size=1, task="other")
+    assert (await store.submit([req("r1", batch="b1")], 101.0)).accepted == ["r1"]
+    lease = await store.lease("compile", "w", 102.0, 30.0)
+    assert lease is not None and lease.request_id == "r1"
+    await store.complete(lease.lease_id, "w", 103.0, 1.0, None, None, ok("r1"), "final")
+    again = await store.submit([req("r1", batch="b2"), req("r2", batch="b2")], 104.0)
+    assert again.accepted == ["r2"] and again.duplicates == ["r1"]
+    b2 = await store.get_batch("t", "b2")
+    assert b2 is not None and b2.submitted == 1  # the duplicate took no place in b2
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.batch_id == "b1" and rec.state == RequestState.DONE
+    assert await drain(store, "compile", 105.0) == ["r2"]  # r1 is never leased a second time
+    # still a duplicate while the first submission is queued (not only once it is done)
+    assert (await store.submit([req("r9", batch="b2")], 106.0)).accepted == ["r9"]
+    third = await store.submit([req("r9", batch="b1")], 107.0)
+    assert third.duplicates == ["r9"] and third.accepted == []
+    assert await store.lease("compile", "w", 108.0, 30.0) is not None
+    assert await store.lease("compile", "w", 108.0, 30.0) is None  # r9 queued once only
+    # the same id in another task is another request
+    assert (await store.submit([req("r1", task="other", batch="b1")], 109.0)).accepted == ["r1"]
+
+
 async def test_submit_unknown_batch_enqueues_nothing(store: QueueStore) -> None:
     await register(store, size=5)
     with pytest.raises(UnknownBatch) as e:

@@ -78,6 +78,19 @@ async def test_resubmission_is_a_duplicate_and_never_runs_twice(api: Api) -> Non
     assert r.status_code == 204
 
 
+async def test_request_id_is_idempotent_per_task_not_per_batch(api: Api) -> None:
+    await register(api, size=1, batch="b1")
+    await register(api, size=2, batch="b2")
+    assert (await api.trainer.post("/v1/requests", json=req(0, batch="b1"))).json()["accepted"] == 1
+    r = await api.trainer.post("/v1/requests", json={"requests": [req(0, batch="b2"), req(1, batch="b2")]})
+    assert r.status_code == 202 and r.json()["duplicate_ids"] == ["r0"] and r.json()["accepted_ids"] == ["r1"]
+    leased = [(await lease(api, "compile"))["request_id"] for _ in range(2)]
+    assert sorted(leased) == ["r0", "r1"]  # r0 once, from its first batch
+    r = await api.worker.post("/v1/leases", json={"stage": "compile", "worker_id": "w1", "wait_s": 0})
+    assert r.status_code == 204
+    assert (await api.trainer.get("/v1/requests/t1/r0")).json()["batch_id"] == "b1"
+
+
 async def test_malformed_json_is_400(api: Api) -> None:
     r = await api.trainer.post(
         "/v1/requests", content=b"{not json", headers={"content-type": "application/json"}
