@@ -3,6 +3,8 @@
 # redis-server: the production store; prometheus: scrape tests; bubblewrap: sandbox jail; g++: cpp rewards.
 # podman + runc (+ CNI plugins, uidmap for user-namespaced pods): the pod-runtime tier (tests/pods)
 # and `make images`; mmdebstrap: the local Debian base images; openssl: the tier's API-server TLS.
+# The language runtimes of languages.yaml (the same list the worker image ships,
+# sandbox/packages/worker.txt): the host-jail language tests run each one (~1.8 GB installed).
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
@@ -14,6 +16,28 @@ command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v newuidmap >/dev/null || need+=(uidmap)
 command -v openssl >/dev/null || need+=(openssl)
+while read -r cmd pkg; do
+  command -v "$cmd" >/dev/null || need+=("$pkg")
+done <<'EOF'
+gcc gcc
+javac openjdk-17-jdk-headless
+go golang-go
+rustc rustc
+node nodejs
+tsc node-typescript
+php php-cli
+ruby ruby
+lua5.4 lua5.4
+perl perl
+Rscript r-base-core
+scalac scala
+kotlinc kotlin
+mcs mono-mcs
+mono mono-runtime
+gdc gdc
+racket racket
+promtool prometheus
+EOF
 [ -x /usr/lib/cni/bridge ] || [ -x /usr/libexec/cni/bridge ] || command -v netavark >/dev/null || need+=(containernetworking-plugins)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 SUDO=""

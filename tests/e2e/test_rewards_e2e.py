@@ -22,11 +22,15 @@ from distrs.sandbox.factory import probe_bwrap
 from tests.fixtures.batches import submit_and_wait
 from tests.fixtures.service import WORKER, Service, free_port, running_service
 from tests.integration.sandbox.conftest import assert_no_survivors
+from tests.requirements import need
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("g++") is None or probe_bwrap(SandboxSettings()) is not None,
-    reason="needs g++ and a working bwrap sandbox",
-)
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_gpp_and_the_jail() -> None:
+    need("g++", "the cpp reward compiles with it; make system-deps installs it", found=shutil.which("g++"))
+    reason = probe_bwrap(SandboxSettings())
+    need("bubblewrap jail", "every judged reward runs in it", found=reason is None, detail=reason or "")
+
 
 ADD = [{"stdin": "1 2\n", "expected_stdout": "3\n"}, {"stdin": "40 2\n", "expected_stdout": "42\n"}]
 CPP_OK = "#include <iostream>\nint main(){long a,b;std::cin>>a>>b;std::cout<<a+b<<'\\n';}\n"
@@ -125,6 +129,7 @@ def test_math_notations(svc: Service) -> None:
     assert [r["score"] for r in res] == [1.0 if want == "ok" else 0.0 for *_, want in cases]
 
 
+@pytest.mark.gpu  # nvcc comes with the CUDA toolkit, on GPU machines
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_cuda_compiles_with_nvcc_and_waits_for_a_gpu(svc: Service) -> None:
     res = judge(svc, [("cuda", {"code": "__global__ void k( {", "tests": CUDA_TESTS})], wait_s=120)
@@ -154,6 +159,7 @@ def test_cuda_compiles_with_nvcc_and_waits_for_a_gpu(svc: Service) -> None:
     assert state.get("stage") == "execute" and state["state"] == "queued", state
 
 
+@pytest.mark.gpu  # depends on the GPU's presence: runs where there is none
 def test_execute_worker_without_gpu_is_not_ready(svc: Service) -> None:
     if gpu_devices():
         pytest.skip("this host has a GPU")

@@ -1,13 +1,12 @@
 """Fixtures of the pod-runtime tier: built images and a factory that starts a whole release.
 
 The tier needs podman (and runc); where no container can start it skips with the reason —
-except under CI=true, where that is a failure. Images are built by scripts/build_images.py, the
+except under CI=true, where that is a failure (tests/requirements.py). Images are built by scripts/build_images.py, the
 code behind `make images` (cached: seconds when nothing changed).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,14 +16,13 @@ import pytest
 
 from scripts import build_images
 from tests.pods.cluster import System, start_system
+from tests.requirements import need
 
 KINDS = ("service", "worker", "worker-gpu", "redis")
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"pod-runtime tier cannot run under CI=true: {reason}")
-    pytest.skip(f"pod-runtime tier: {reason}")
+    need("pod runtime", "the pod-runtime tier starts containers", found=False, detail=reason)
 
 
 @pytest.fixture(scope="session")

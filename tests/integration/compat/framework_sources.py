@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.requirements import need
 
 VERL = ("verl", "0.9.1")
 OPENRLHF = ("openrlhf", "0.11.2")
@@ -58,7 +58,12 @@ def wheel(dist: str, version: str) -> Path:
         )
         found = sorted(d.glob(f"{dist}-{version}-*.whl"))
         if not found:
-            pytest.skip(f"cannot download {dist}=={version}: {r.stderr.strip()[-300:]}")
+            need(
+                f"wheel {dist}=={version}",
+                f"the test runs {dist}'s own client code; make test-wheels caches it in {d}",
+                found=False,
+                detail=r.stderr.strip()[-300:],
+            )
     return found[0]
 
 
@@ -139,7 +144,12 @@ def slime_rm_hub() -> types.ModuleType:
     root = os.environ.get(SLIME_SOURCE_ENV)
     path = Path(root or ".") / "slime" / "rollout" / "rm_hub" / "__init__.py"
     if not root or not path.is_file():
-        pytest.skip(f"slime is not on PyPI: set {SLIME_SOURCE_ENV} to a slime checkout to run its own client")
+        need(
+            "slime checkout",
+            f"the test runs slime's own rm_hub; set {SLIME_SOURCE_ENV} to a checkout",
+            found=False,
+            not_installable="slime is not on PyPI (framework_clients.py's reproduction covers its protocol)",
+        )
     name = "slime.rollout.rm_hub"
     if name in sys.modules:
         return sys.modules[name]

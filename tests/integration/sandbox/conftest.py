@@ -12,6 +12,7 @@ import pytest
 from distrs.sandbox import SandboxSettings
 from distrs.sandbox.factory import probe_bwrap
 from distrs.sandbox.local import BWRAP, LocalSandbox
+from tests.requirements import need
 
 UID_BASE = 63000  # a range no other test uses, so leftover checks by uid are exact
 UID_COUNT = 16
@@ -25,8 +26,12 @@ def sandbox_settings(tmp: Path) -> SandboxSettings:
 def bwrap_sandbox(tmp_path: Path) -> Iterator[LocalSandbox]:
     settings = sandbox_settings(tmp_path)
     reason = probe_bwrap(settings)
-    if reason is not None:
-        pytest.skip(f"bwrap sandbox unavailable here: {reason}")
+    need(
+        "bubblewrap jail",
+        "real sandboxes run untrusted programs in it",
+        found=reason is None,
+        detail=reason or "",
+    )
     yield LocalSandbox(settings, BWRAP)
 
 
@@ -37,8 +42,12 @@ def noproc_sandbox(tmp_path: Path) -> Iterator[LocalSandbox]:
     turning it off ourselves."""
     settings = sandbox_settings(tmp_path).model_copy(update={"mount_proc": False})
     reason = probe_bwrap(settings)
-    if reason is not None:
-        pytest.skip(f"bwrap sandbox unavailable here: {reason}")
+    need(
+        "bubblewrap jail",
+        "real sandboxes run untrusted programs in it",
+        found=reason is None,
+        detail=reason or "",
+    )
     yield LocalSandbox(settings, BWRAP)
 
 

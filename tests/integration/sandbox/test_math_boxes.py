@@ -12,6 +12,7 @@ from distrs.rewards.base import StageInput
 from distrs.rewards.boxed import BoxChoice
 from distrs.rewards.math_reward import MathSettings, VerifyHandler
 from distrs.sandbox.local import LocalSandbox
+from tests.requirements import need
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +23,12 @@ def handler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VerifyHandler]
 
     settings = sandbox_settings(tmp_path_factory.mktemp("math"))
     reason = probe_bwrap(settings)
-    if reason is not None:
-        pytest.skip(f"bwrap sandbox unavailable here: {reason}")
+    need(
+        "bubblewrap jail",
+        "real sandboxes run untrusted programs in it",
+        found=reason is None,
+        detail=reason or "",
+    )
     h = VerifyHandler(LocalSandbox(settings, BWRAP), MathSettings(timeout_s=8))
     yield h
     h.close()

@@ -32,6 +32,7 @@ from distrs.sandbox.factory import probe_bwrap
 from distrs.sandbox.forkserver import ForkServerSession
 from distrs.sandbox.local import BWRAP, LocalSandbox
 from tests.integration.sandbox.conftest import sandbox_settings
+from tests.requirements import need
 
 SETTINGS = JudgeSettings(test_time_s=3.0)
 OFF = SETTINGS.model_copy(update={"python_fork_server": False})
@@ -72,8 +73,12 @@ def assert_no_survivors(within_s: float = 3.0) -> None:
 def _sandbox(tmp: Path, **update: Any) -> LocalSandbox:
     settings = sandbox_settings(tmp).model_copy(update=update)
     reason = probe_bwrap(settings)
-    if reason is not None:
-        pytest.skip(f"bwrap sandbox unavailable here: {reason}")
+    need(
+        "bubblewrap jail",
+        "real sandboxes run untrusted programs in it",
+        found=reason is None,
+        detail=reason or "",
+    )
     return LocalSandbox(settings, BWRAP)
 
 

@@ -152,6 +152,7 @@ int main() {
 CUDA_TESTS = [{"stdin": "1000\n", "expected_stdout": "1498500.0\n"}]
 
 
+@pytest.mark.gpu  # nvcc comes with the CUDA toolkit, on GPU machines
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_cuda_compiles_real_kernel_and_ships_binary(bwrap_sandbox: LocalSandbox) -> None:
     out = cuda.CompileHandler(bwrap_sandbox, SETTINGS).run(

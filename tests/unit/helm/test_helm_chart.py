@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.requirements import need_module
 from tests.unit.helm.chart_render import CHART, NAMESPACE, env_of, find, one, pod_specs, render, validate
 
-helm = pytest.importorskip("helm_python")
+helm = need_module("helm_python", "the chart is rendered with it (the dev extra installs it)")
 
 F = "rel-distrs"
 PIPELINES = Path(__file__).resolve().parents[3] / "distrs" / "core" / "default_pipelines.yaml"
