@@ -56,6 +56,17 @@ class ProxySettings(StoreSettings):
         "run stays alive by its heartbeats.",
     )
     max_attempts: int = Field(3, ge=1, description="Leases per request before it ends internal_error.")
+    worker_credential_ttl_s: float = Field(
+        300.0,
+        gt=0,
+        description="Lifetime of a per-worker credential (proxy/credentials.py); workers renew theirs "
+        "with their heartbeats once half of it has passed.",
+    )
+    worker_credential_secret: str | None = Field(
+        None,
+        description="Key that signs per-worker credentials; unset: derived from the worker tokens, "
+        "which every proxy replica of a release shares.",
+    )
     max_payload_bytes: int = Field(1 << 20, ge=1024, description="Largest accepted request payload.")
     max_body_bytes: int = Field(64 << 20, ge=1024, description="Largest accepted HTTP body.")
     max_artifact_bytes: int = Field(16 << 20, ge=1024, description="Largest artifact set per lease.")

@@ -22,11 +22,12 @@ from distrs.core.pipeline_config import load_pipelines
 from distrs.core.stages import PipelineTable
 from distrs.metrics import Metrics
 from distrs.proxy import errors
-from distrs.proxy.auth import TokenTable
+from distrs.proxy.auth import Role, TokenTable
+from distrs.proxy.credentials import CredentialIssuer, derive_secret
 from distrs.proxy.deps import AppState
 from distrs.proxy.gc_policy import GcPolicy
 from distrs.proxy.responses import JSONResponse
-from distrs.proxy.routes import catalog, ops, trainer, worker
+from distrs.proxy.routes import catalog, ops, trainer, worker, workers
 from distrs.store.base import QueueStore
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,20 @@ def create_app(
     for stage in table.stages:  # labels exist from the start so increase() sees the first expiry
         metrics.lease_expiries.labels(stage)
         metrics.lease_releases.labels(stage)
-    state = AppState(settings=settings, store=store, table=table, metrics=metrics, tokens=tokens, clock=clock)
+    secret = settings.worker_credential_secret
+    issuer = CredentialIssuer(
+        secret.encode() if secret else derive_secret(tokens.tokens_of(Role.WORKER)),
+        settings.worker_credential_ttl_s,
+    )
+    state = AppState(
+        settings=settings,
+        store=store,
+        table=table,
+        metrics=metrics,
+        tokens=tokens,
+        credentials=issuer,
+        clock=clock,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -155,6 +169,7 @@ def create_app(
     # for the trainer routes this app's response class; the worker routes return their
     # responses themselves).
     app.router.routes[0:0] = [*worker.router.routes, *trainer.router.routes]
+    app.include_router(workers.router)
     app.include_router(ops.router)
     app.include_router(catalog.router)
     with contextlib.suppress(ImportError):

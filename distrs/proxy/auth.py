@@ -55,6 +55,10 @@ def check_tenant(tenant: str, where: str) -> str:
 class Principal:
     role: Role
     tenant: str = "default"
+    # Set for a worker's own credential (proxy/credentials.py): the worker id it is bound to and
+    # the lease holder identity of its session.
+    worker_id: str | None = None
+    holder: str | None = None
 
     def can_see(self, tenant: str) -> bool:
         return self.role is Role.ADMIN or self.tenant == tenant
@@ -73,6 +77,9 @@ class TokenTable:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def tokens_of(self, role: Role) -> list[str]:
+        return [t for t, p in self._entries.items() if p.role is role]
 
     def lookup(self, token: str) -> Principal | None:
         found = None

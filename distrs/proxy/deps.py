@@ -18,6 +18,7 @@ from distrs.config import ProxySettings
 from distrs.core.stages import PipelineTable
 from distrs.metrics import Metrics
 from distrs.proxy.auth import INSECURE, TENANT_PATTERN, Principal, Role, TokenTable
+from distrs.proxy.credentials import CredentialError, CredentialIssuer, is_credential
 from distrs.proxy.errors import ApiError
 from distrs.store.base import QueueStore
 
@@ -29,6 +30,7 @@ class AppState:
     table: PipelineTable
     metrics: Metrics
     tokens: TokenTable
+    credentials: CredentialIssuer
     clock: Callable[[], float] = time.time
     # worker_id -> (stage, last seen) for /v1/stats
     workers: dict[str, tuple[str, float]] = field(default_factory=dict)
@@ -49,10 +51,28 @@ def authenticate(request: Request, state: AppState) -> Principal:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "unauthorized", "missing bearer token (Authorization: Bearer TOKEN)")
-    p = state.tokens.lookup(token.strip())
+    token = token.strip()
+    if is_credential(token):
+        try:
+            cred = state.credentials.verify(token, state.clock())
+        except CredentialError as exc:
+            raise ApiError(401, exc.code, exc.message) from None
+        return Principal(Role.WORKER, "default", worker_id=cred.worker_id, holder=cred.holder)
+    p = state.tokens.lookup(token)
     if p is None:
         raise ApiError(401, "unauthorized", "unknown token")
     return p
+
+
+def bound_worker(p: Principal, worker_id: str) -> None:
+    """A worker's own credential speaks for its worker id only (403 naming ``worker_id``)."""
+    if p.worker_id is not None and worker_id != p.worker_id:
+        raise ApiError(
+            403,
+            "forbidden",
+            f"worker_id: this credential is bound to worker {p.worker_id!r}, not {worker_id!r}",
+            field="worker_id",
+        )
 
 
 def authorize(request: Request, *roles: Role) -> tuple[AppState, Principal]:

@@ -62,6 +62,10 @@ class LeaseRequest(_Strict):
     wait_s: float = Field(0.0, ge=0, le=300)
 
 
+class CredentialRequest(_Strict):
+    worker_id: str = Field(pattern=_ID)
+
+
 class HeartbeatRequest(_Strict):
     worker_id: str = Field(pattern=_ID)
 

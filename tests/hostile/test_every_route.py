@@ -1,11 +1,17 @@
 """Every route under hostile input: malformed JSON, oversize bodies, lone surrogates, bad ids,
 missing/unknown/wrong-role tokens and another tenant's names. Each answer is a 4xx with the
 error body naming the problem, never a 500, and afterwards nothing was queued by the barrage
-while legitimate work still goes through."""
+while legitimate work still goes through.
+
+The refusals are aimed at real state: before each barrage tenant-a has a batch with one request
+leased by the worker (its lease id stands in every lease path and body) and one queued, and after
+it the whole store is re-read (snapshot, both requests, the lease with its holder and deadline):
+a refused call that acted anyway would show there, not only in its status code."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +62,8 @@ ROUTES = [
         "worker",
         {"worker_id": "w1", "items": [{"lease_id": "L1", "outcome": "final", "result": {"status": "ok"}}]},
     ),
+    Route("POST", "/v1/workers/credential", "worker", {"worker_id": "w1"}),
+    Route("DELETE", "/v1/workers/w1/credential", "admin"),
     Route("GET", "/v1/stats", "admin"),
     Route("POST", "/run_code", "a", {"code": "print(1)", "language": "python"}),
     Route("POST", "/get_reward", "a", {"query": ["Px"], "prompts": ["P"]}),
@@ -72,6 +80,54 @@ def check_error(r: httpx.Response, *statuses: int) -> dict[str, Any]:
     return err
 
 
+HELD_TASK = "tenant-a/held"
+
+
+@dataclass
+class Held:
+    """A real request leased by the worker, and one queued: what every refused call must leave."""
+
+    hostile: Hostile
+    lease_id: str
+    before: Any = None
+
+    async def state(self) -> Any:
+        store = self.hostile.store
+        lease = await store.get_lease(self.lease_id)
+        recs = [await store.get_request(HELD_TASK, rid) for rid in ("h0", "h1")]
+        assert lease is not None and all(recs), "the held state is gone"
+        return (
+            (await store.snapshot(0.0)).model_dump(),
+            [r.model_dump() for r in recs if r is not None],
+            lease.model_dump(),
+            (await self.hostile.a.get("/v1/requests/held/h0")).json(),
+        )
+
+    async def assert_unchanged(self) -> None:
+        assert await self.state() == self.before
+
+
+@pytest.fixture
+async def held(hostile: Hostile) -> Held:
+    r = await hostile.a.post("/v1/batches", json={"task": "held", "batch_id": "hb", "size": 2})
+    assert r.status_code == 201, r.text
+    reqs = [{**REQ, "task": "held", "batch_id": "hb", "request_id": rid} for rid in ("h0", "h1")]
+    assert (await hostile.a.post("/v1/requests", json={"requests": reqs})).json()["accepted"] == 2
+    r = await hostile.worker.post("/v1/leases", json={"stage": "verify", "worker_id": "w1", "wait_s": 0})
+    assert r.status_code == 200 and r.json()["request_id"] == "h0", r.text
+    h = Held(hostile, r.json()["lease_id"])
+    h.before = await h.state()
+    return h
+
+
+def aimed(route: Route, held: Held) -> Route:
+    """``route`` with its placeholder lease id replaced by the held lease's."""
+    body = route.body
+    if body is not None:
+        body = json.loads(json.dumps(body).replace('"L1"', json.dumps(held.lease_id)))
+    return Route(route.method, route.path.replace("/L1/", f"/{held.lease_id}/"), route.role, body)
+
+
 async def call(c: httpx.AsyncClient, route: Route, **kw: Any) -> httpx.Response:
     headers = {**COMPAT_HEADERS, "Content-Type": "application/json", **kw.pop("headers", {})}
     return await c.request(route.method, route.path, headers=headers, **kw)
@@ -81,25 +137,30 @@ MALFORMED = (b'{"task": ', b"", b"[1, 2", b"\xff\xfe{}", b'{"a": NaN}', b"[1e400
 
 
 @pytest.mark.parametrize("route", BODY_ROUTES, ids=str)
-async def test_malformed_json_is_400(hostile: Hostile, route: Route) -> None:
+async def test_malformed_json_is_400(hostile: Hostile, held: Held, route: Route) -> None:
     """Not JSON, not UTF-8 (a UTF-16 BOM, an encoded surrogate), NaN, a number past a double:
     400 ``malformed_json`` on every route, worker routes included."""
+    route = aimed(route, held)
     for raw in MALFORMED:
         r = await call(hostile.by_name(route.role), route, content=raw)
         err = check_error(r, 400)
         assert err["code"] == "malformed_json", (raw, err)
+    await held.assert_unchanged()
 
 
 @pytest.mark.parametrize("route", BODY_ROUTES, ids=str)
-async def test_oversize_body_is_413_before_it_is_read(hostile: Hostile, route: Route) -> None:
+async def test_oversize_body_is_413_before_it_is_read(hostile: Hostile, held: Held, route: Route) -> None:
+    route = aimed(route, held)
     raw = b'{"x": "' + b"a" * (300 * 1024) + b'"}'
     err = check_error(await call(hostile.by_name(route.role), route, content=raw), 413)
     assert err["code"] == "body_too_large"
+    await held.assert_unchanged()
 
 
 @pytest.mark.parametrize("route", BODY_ROUTES, ids=str)
-async def test_lone_surrogate_is_refused(hostile: Hostile, route: Route) -> None:
+async def test_lone_surrogate_is_refused(hostile: Hostile, held: Held, route: Route) -> None:
     """A lone surrogate in any string of any body: a 4xx, never queued, never a 500."""
+    route = aimed(route, held)
     assert route.body is not None
     key = next(k for k, v in route.body.items() if isinstance(v, (str, list)))
     body = dict(route.body)
@@ -108,7 +169,7 @@ async def test_lone_surrogate_is_refused(hostile: Hostile, route: Route) -> None
     err = check_error(await call(hostile.by_name(route.role), route, content=raw), 422)
     assert err["code"] == "invalid_string" and err["details"]["field"].startswith(key), err
     assert err["message"].startswith(key), err
-    assert await hostile.store.snapshot(0.0) == type(await hostile.store.snapshot(0.0))(now=0.0)
+    await held.assert_unchanged()
 
 
 WORKER_SURROGATES = [
@@ -133,17 +194,18 @@ WORKER_SURROGATES = [
 
 @pytest.mark.parametrize(("path", "body", "field"), WORKER_SURROGATES, ids=[c[0] for c in WORKER_SURROGATES])
 async def test_worker_routes_name_the_field_holding_a_lone_surrogate(
-    hostile: Hostile, path: str, body: dict[str, Any], field: str
+    hostile: Hostile, held: Held, path: str, body: dict[str, Any], field: str
 ) -> None:
     """Worker routes read bodies like every other route: a surrogate nested anywhere is a 422
     naming its field (not a 400 naming nothing), and nothing of the call takes effect."""
+    raw = httpx_json(body).replace(b'"L1"', json.dumps(held.lease_id).encode())
     r = await hostile.worker.post(
-        path, content=httpx_json(body), headers={"Content-Type": "application/json"}
+        path.replace("/L1/", f"/{held.lease_id}/"), content=raw, headers={"Content-Type": "application/json"}
     )
     err = check_error(r, 422)
     assert err["code"] == "invalid_string" and err["details"]["field"] == field, err
     assert err["message"].startswith(field), err
-    assert hostile.store.snapshot is not None and not (await hostile.store.snapshot(0.0)).batches
+    await held.assert_unchanged()
 
 
 def httpx_json(body: dict[str, Any]) -> bytes:
@@ -154,7 +216,8 @@ def httpx_json(body: dict[str, Any]) -> bytes:
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=str)
-async def test_missing_unknown_and_wrong_role_tokens(hostile: Hostile, route: Route) -> None:
+async def test_missing_unknown_and_wrong_role_tokens(hostile: Hostile, held: Held, route: Route) -> None:
+    route = aimed(route, held)
     kw = {"json": route.body} if route.body is not None else {}
     for name in ("anon", "bad"):
         err = check_error(await call(hostile.by_name(name), route, **kw), 401)
@@ -164,6 +227,7 @@ async def test_missing_unknown_and_wrong_role_tokens(hostile: Hostile, route: Ro
     assert err["code"] == "forbidden"
     if route.role != "admin":  # the metrics role reads /metrics and nothing else
         check_error(await call(hostile.metrics, route, **kw), 403)
+    await held.assert_unchanged()
 
 
 BAD_IDS = ["a b", "a\x01b", "x" * 201, "a%00b", "caf\u00e9", "a:b;c", "~/x", "a\tb"]

@@ -11,8 +11,11 @@ request to its next stage (with artifacts, size-capped) or records its final res
 for run time, queue time, final status and batch extra delay are recorded here.
 
 Ownership: a lease belongs to the credential that took it, not to the ``worker_id`` in a body
-(which any caller can write). The holder is a short hash of the bearer token (one fixed identity
-under ``--insecure``); heartbeat, complete and release from another token get 403
+(which any caller can write). A worker normally calls with a credential of its own (exchanged for
+the shared worker token, ``routes/workers.py``): the holder is that credential's session, and the
+credential may speak only for the worker id it is bound to (403 naming ``worker_id``). A caller
+with a plain token holds leases as a short hash of that token (one fixed identity under
+``--insecure``). Heartbeat, complete and release from any other credential get 403
 ``lease_not_yours``. ``worker_id`` stays in the records for display.
 
 Recovery: the lease response tells the worker its heartbeat period, ``lease_ttl_s / 3``, so a
@@ -43,8 +46,8 @@ from pydantic import BaseModel
 
 from distrs.core.model import Lease, Result, Status
 from distrs.proxy import body as json_body
-from distrs.proxy.auth import Role
-from distrs.proxy.deps import AppState, authorize
+from distrs.proxy.auth import Principal, Role
+from distrs.proxy.deps import AppState, authorize, bound_worker
 from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.schemas import (
@@ -82,12 +85,15 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
-def holder_of(request: Request, st: AppState) -> str:
-    """The identity of the caller's credential: a short hash of its bearer token.
+def holder_of(request: Request, st: AppState, who: Principal | None = None) -> str:
+    """The identity of the caller's credential: its session for a worker's own credential, else a
+    short hash of its bearer token.
 
     Only called after ``authorize`` accepted the token. The hash (not the token) is what the store
     keeps, so a leaked store record reveals no credential.
     """
+    if who is not None and who.holder is not None:
+        return who.holder
     if st.settings.insecure:
         return INSECURE_HOLDER
     token = request.headers.get("authorization", "").partition(" ")[2].strip()
@@ -136,10 +142,11 @@ async def _long_poll(
 ) -> Response:
     """Shared by the lease routes: check the caller and the stage, then ask ``take`` for work
     until it answers or ``wait_s`` has passed (204)."""
-    st, _ = authorize(request, Role.WORKER)
+    st, who = authorize(request, Role.WORKER)
     body = await _parse(request, model)
+    bound_worker(who, body.worker_id)
     _known_stage(st, body.stage)
-    holder = holder_of(request, st)
+    holder = holder_of(request, st, who)
     st.workers[body.worker_id] = (body.stage, st.clock())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(body.wait_s, st.settings.max_wait_s)
@@ -156,10 +163,10 @@ async def _long_poll(
 @router.post("/{lease_id}/heartbeat", openapi_extra=_body_doc(HeartbeatRequest))
 async def heartbeat(request: Request, lease_id: str = LeasePath) -> JSONResponse:
     """Extend a live lease by the lease TTL."""
-    st, _ = authorize(request, Role.WORKER)
-    await _parse(request, HeartbeatRequest)
+    st, who = authorize(request, Role.WORKER)
+    bound_worker(who, (await _parse(request, HeartbeatRequest)).worker_id)
     ttl = st.settings.lease_ttl_s
-    deadline = await st.store.heartbeat(lease_id, holder_of(request, st), st.clock(), ttl)
+    deadline = await st.store.heartbeat(lease_id, holder_of(request, st, who), st.clock(), ttl)
     return JSONResponse({"lease_id": lease_id, "deadline": deadline, "heartbeat_s": heartbeat_period(ttl)})
 
 
@@ -167,9 +174,9 @@ async def heartbeat(request: Request, lease_id: str = LeasePath) -> JSONResponse
 async def release(request: Request, lease_id: str = LeasePath) -> JSONResponse:
     """Give a live lease back unworked: the request goes back to its place in the queue and the
     attempt does not count (a worker that was told to stop while it waited for work)."""
-    st, _ = authorize(request, Role.WORKER)
-    await _parse(request, ReleaseRequest)
-    stage = await st.store.release(lease_id, holder_of(request, st), st.clock())
+    st, who = authorize(request, Role.WORKER)
+    bound_worker(who, (await _parse(request, ReleaseRequest)).worker_id)
+    stage = await st.store.release(lease_id, holder_of(request, st, who), st.clock())
     st.metrics.lease_releases.labels(stage).inc()
     return JSONResponse({"lease_id": lease_id, "released": True})
 
@@ -177,11 +184,19 @@ async def release(request: Request, lease_id: str = LeasePath) -> JSONResponse:
 @router.post("/{lease_id}/complete", openapi_extra=_body_doc(CompleteRequest))
 async def complete(request: Request, lease_id: str = LeasePath) -> JSONResponse:
     """Finish a lease: ``next`` (with artifacts) or ``final`` (with a result)."""
-    st, _ = authorize(request, Role.WORKER)
+    st, who = authorize(request, Role.WORKER)
     body = await _parse(request, CompleteRequest)
+    bound_worker(who, body.worker_id)
     nxt, result = await _completion(st, lease_id, body.outcome, body.result, body.artifacts)
     out = await st.store.complete(
-        lease_id, holder_of(request, st), st.clock(), body.run_s, nxt, body.artifacts, result, body.outcome
+        lease_id,
+        holder_of(request, st, who),
+        st.clock(),
+        body.run_s,
+        nxt,
+        body.artifacts,
+        result,
+        body.outcome,
     )
     await _record(st, out.request, out.batch_completed)
     return JSONResponse(_completed_view(lease_id, out, nxt))
@@ -219,10 +234,11 @@ async def lease_bundle(request: Request) -> Response:
 async def heartbeat_bundle(request: Request) -> JSONResponse:
     """Extend several leases in one call; each answers for itself: ``deadlines`` of the extended
     ones, ``errors`` (code, message) of the refused ones (expired, unknown, another token's)."""
-    st, _ = authorize(request, Role.WORKER)
+    st, who = authorize(request, Role.WORKER)
     body = await _parse(request, BundleHeartbeatRequest)
+    bound_worker(who, body.worker_id)
     ttl = st.settings.lease_ttl_s
-    out = await st.store.heartbeat_many(body.lease_ids, holder_of(request, st), st.clock(), ttl)
+    out = await st.store.heartbeat_many(body.lease_ids, holder_of(request, st, who), st.clock(), ttl)
     deadlines: dict[str, float] = {}
     errors: dict[str, Any] = {}
     for lease_id, got in zip(body.lease_ids, out, strict=True):
@@ -237,8 +253,9 @@ async def heartbeat_bundle(request: Request) -> JSONResponse:
 async def complete_bundle(request: Request) -> JSONResponse:
     """Finish several leases in one call, each for itself (never all or nothing): ``items`` in
     the order given, each the single completion's answer or ``{lease_id, error}``."""
-    st, _ = authorize(request, Role.WORKER)
+    st, who = authorize(request, Role.WORKER)
     body = await _parse(request, BundleCompleteRequest)
+    bound_worker(who, body.worker_id)
     views: list[dict[str, Any] | None] = [None] * len(body.items)
     todo: list[tuple[int, CompletionItem]] = []
     for i, it in enumerate(body.items):
@@ -260,7 +277,7 @@ async def complete_bundle(request: Request) -> JSONResponse:
                 ),
             )
         )
-    outs = await st.store.complete_many([c for _, c in todo], holder_of(request, st), st.clock())
+    outs = await st.store.complete_many([c for _, c in todo], holder_of(request, st, who), st.clock())
     landed: list[CompleteOutcome] = []
     for (i, c), out in zip(todo, outs, strict=True):
         if isinstance(out, StoreError):
