@@ -1,6 +1,7 @@
 """Connection-level abuse against a real ``distrs proxy`` process (uvicorn, loopback): a 100 MB
 request header, a slowloris client and an idle keep-alive connection. Bounds in these tests are
-generous caps that keep a broken build from hanging, not timing assertions."""
+generous caps that keep a broken build from hanging, not timing assertions. Each refusal must
+come with the status line docs/security.md documents (431, 408), not merely a closed socket."""
 
 from __future__ import annotations
 
@@ -68,9 +69,23 @@ def test_a_100mb_header_is_refused_without_being_read(proxy: Service) -> None:
     closed, reply = closed_by_peer(s)
     s.close()
     assert closed
-    assert reply == b"" or reply.startswith(b"HTTP/1.1 431"), reply[:200]
+    assert reply.startswith(b"HTTP/1.1 431 "), reply[:200]
+    assert b'"code": "headers_too_large"' in reply
     assert rss_kb(proxy.proxy_proc.pid) - before < 32 * 1024  # far below the 100 MB sent at it
     assert httpx.get(f"{proxy.url}/healthz").status_code == 200
+
+
+def test_a_header_just_over_the_limit_gets_431(proxy: Service) -> None:
+    s = connect(proxy)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+    s.settimeout(5)
+    reply = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := s.recv(65536):
+            reply += chunk
+    s.close()
+    assert reply.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), reply[:200]
+    assert b"connection: close" in reply
 
 
 def test_a_large_but_allowed_header_still_works(proxy: Service) -> None:
@@ -94,7 +109,8 @@ def test_a_slowloris_connection_is_closed(proxy: Service) -> None:
         closed = True if s.fileno() == -1 else closed_by_peer(s)[0]
     s.close()
     assert closed, "a client sending one header byte at a time kept its connection"
-    assert reply == b"" or reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert reply.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), reply[:200]
+    assert b'"code": "header_timeout"' in reply
 
 
 def test_a_silent_connection_and_an_idle_keep_alive_connection_are_closed(proxy: Service) -> None:
@@ -114,3 +130,5 @@ def test_a_silent_connection_and_an_idle_keep_alive_connection_are_closed(proxy:
     idle.close()
     assert done == {"silent": True, "idle": True}
     assert replies["idle"].startswith(b"HTTP/1.1 200")
+    assert b"HTTP/1.1 408" not in replies["idle"]  # between requests the idle timeout applies
+    assert replies["silent"].startswith(b"HTTP/1.1 408 Request Timeout\r\n"), replies["silent"][:200]
