@@ -2,7 +2,8 @@
 
 Kept behind a small Protocol so the pull loop is tested with a fake of *this* wrapper, never of
 the HTTP library. Transient failures (connection errors, 5xx, 429) raise ``ProxyUnavailable``;
-the loop backs off and tries again.
+the loop backs off and tries again. Every 5xx answer is logged (``proxy answered STATUS on PATH``)
+wherever the loop handles it, so a worker's log accounts for each one.
 
 Credentials: the client is given the deployment's shared worker token and, on its first call,
 exchanges it for a credential of this worker's own (``POST /v1/workers/credential``, bound to the
@@ -14,10 +15,13 @@ revoked. A proxy without the exchange route (404) keeps the shared token in use.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Protocol
 
 import httpx
+
+log = logging.getLogger(__name__)
 
 
 class ProxyUnavailable(Exception):
@@ -102,6 +106,8 @@ class HttpProxyClient:
         if r.status_code == 404:  # an older proxy: the shared token it is
             self._exchange = False
             return
+        if r.status_code >= 500:
+            log.warning("proxy answered %d on %s", r.status_code, CREDENTIAL_PATH)
         if r.status_code >= 500 or r.status_code == 429:
             if self._credential is not None:
                 return  # keep the one we have; the next call tries again
@@ -121,6 +127,8 @@ class HttpProxyClient:
             self._credential = None  # expired or revoked: exchange again, once
             self._ensure_credential(worker_id)
             r = self._send(path, body, timeout or self._http.timeout)
+        if r.status_code >= 500:
+            log.warning("proxy answered %d on %s", r.status_code, path)
         if r.status_code >= 500 or r.status_code == 429:
             raise ProxyUnavailable(f"{r.status_code}: {r.text[:200]}")
         return r
