@@ -133,6 +133,7 @@ def worker(
             heartbeat_s=s.heartbeat_s,
             max_bundle=s.max_bundle,
             bundle_target_s=s.bundle_target_s,
+            execution_log=s.execution_log,
         )
 
     if threads > 1 or control_stdin:

@@ -153,6 +153,12 @@ class WorkerSettings(_Base):
     )
     health_port: int | None = Field(None, ge=0, le=65535, description="Port for /healthz and /readyz probes.")
     pipelines_file: str | None = Field(None, description="YAML overriding the built-in stages/types.")
+    execution_log: str | None = Field(
+        None,
+        description="File the worker appends one JSON line to as each stage run starts (task, "
+        "request_id, stage, attempt, lease_id, worker_id): an audit of what actually ran, which "
+        "results alone cannot show (a run whose worker died leaves no result).",
+    )
 
     def read_token(self) -> str | None:
         """The token from ``token_file`` when set, else ``token``."""

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -75,6 +76,7 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
         max_bundle: int = 1,
         bundle_target_s: float = 0.25,
+        execution_log: str | None = None,
     ) -> None:
         if stage not in table.stages:
             raise ValueError(f"unknown stage {stage!r}; known: {', '.join(table.stages)}")
@@ -89,6 +91,7 @@ class Worker:
         self.clock = clock
         self.max_bundle = max(1, max_bundle)
         self.bundle_target_s = bundle_target_s
+        self.execution_log = execution_log
         self.mean_run_s: float | None = None
         self.stats = WorkerStats()
         self._draining = threading.Event()
@@ -180,12 +183,27 @@ class Worker:
             return min(self.heartbeat_s, float(asked))
         return self.heartbeat_s
 
+    def _journal(self, lease: dict[str, Any]) -> None:
+        """One line per run, appended before it starts (a run cut short still shows): the
+        ``execution_log`` audit of what actually ran. One ``write`` of one line on a file opened
+        for appending, so the lines of several workers sharing the file never interleave."""
+        assert self.execution_log is not None
+        keys = ("task", "request_id", "stage", "attempt", "lease_id")
+        line = json.dumps({**{k: lease.get(k) for k in keys}, "worker_id": self.worker_id}) + "\n"
+        fd = os.open(self.execution_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
     def _observe(self, run_s: float) -> None:
         m = self.mean_run_s
         self.mean_run_s = run_s if m is None else (1 - _RUN_EWMA) * m + _RUN_EWMA * run_s
 
     def _timed_run(self, lease: dict[str, Any]) -> dict[str, Any]:
         """Run one lease's handler; the report for it: outcome, run_s, artifacts or result."""
+        if self.execution_log:
+            self._journal(lease)
         t0 = self.clock()
         out = self._run_handler(lease)
         run_s = self.clock() - t0
