@@ -47,7 +47,9 @@ def backend(request: pytest.FixtureRequest) -> str | None:
 async def make_store(backend: str | None) -> AsyncIterator[MakeStore]:
     made: list[QueueStore] = []
 
-    async def make(policy: QueuePolicy = QueuePolicy.EBF, history_batches: int = 8) -> QueueStore:
+    async def make(
+        policy: QueuePolicy = QueuePolicy.EBF, history_batches: int = 8, wake_poll_s: float = 1.0
+    ) -> QueueStore:
         store: QueueStore
         if backend is None:
             store = MemoryStore(policy=policy, history_batches=history_batches, default_batch_span_s=SPAN)
@@ -60,7 +62,9 @@ async def make_store(backend: str | None) -> AsyncIterator[MakeStore]:
                     "default_batch_span_s": SPAN,
                 }
             )
-            store = RedisStore.from_url(backend, settings, namespace=f"t-{uuid.uuid4().hex[:12]}")
+            store = RedisStore.from_url(
+                backend, settings, namespace=f"t-{uuid.uuid4().hex[:12]}", wake_poll_s=wake_poll_s
+            )
         await store.start()
         made.append(store)
         return store
@@ -541,6 +545,30 @@ async def test_wait_for_work_wakes_on_submit(store: QueueStore) -> None:
     await asyncio.wait_for(waiter, 3.0)
     assert loop.time() - t0 < 0.9  # woken, not timed out (the shortest internal re-check is 1 s)
     assert await store.lease("compile", "w", 101.0, 30.0) is not None
+
+
+@pytest.mark.parametrize("how", ["requeue_expired", "release"])
+async def test_a_requeue_wakes_a_waiting_long_poll_at_once(make_store: MakeStore, how: str) -> None:
+    """docs/security.md: the requeue of a lost lease wakes a waiting worker's long-poll at once
+    (and so does a release). The waiter's own timeout (30 s) and Redis's safety re-check (set to
+    60 s here, 1 s by default) are far past the cap, so a waiter that returned was woken by the
+    requeue itself, not by a timer: no real-clock threshold."""
+    store = await make_store(wake_poll_s=60.0)
+    await register(store, size=1)
+    await store.submit([req("r1")], 100.0)
+    lease = await store.lease("compile", "w1", 100.0, 5.0)
+    assert lease is not None
+    assert await store.lease("compile", "w2", 100.0, 5.0) is None  # nothing left: w2 parks
+    waiter = asyncio.create_task(store.wait_for_work("compile", 30.0))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    if how == "requeue_expired":
+        assert await store.requeue_expired(106.0, 3) == [("r1", "compile")]
+    else:
+        assert await store.release(lease.lease_id, "w1", 101.0) == "compile"
+    await asyncio.wait_for(waiter, 10.0)  # a cap only: woken, not after its 30 s
+    again = await store.lease("compile", "w2", 106.0, 5.0)
+    assert again is not None and again.request_id == "r1"
 
 
 async def test_wait_for_work_times_out(store: QueueStore) -> None:
