@@ -195,27 +195,37 @@ async def test_keys_are_namespaced_and_finished_batches_expire(redis_server: Red
 
 
 async def test_one_new_request_wakes_one_waiter(redis_server: RedisServer) -> None:
+    """One request wakes one parked long-poll, not the herd. The waiters' own timeout (30 s) is
+    far past anything here, so a waiter that returned was woken: no real-clock threshold."""
     ns = f"herd-{uuid.uuid4().hex[:8]}"
     store = await _store(redis_server.url, ns)
     await store.register_batch(BatchInfo(task="t", batch_id="b", size=3), 100.0)
-    loop = asyncio.get_running_loop()
-    woke: list[float] = []
+    woke: list[int] = []
 
-    async def waiter() -> None:
-        t0 = loop.time()
-        await store.wait_for_work("compile", 0.8)
-        woke.append(loop.time() - t0)
+    async def waiter(i: int) -> None:
+        await store.wait_for_work("compile", 30.0)
+        woke.append(i)
 
-    waiters = [asyncio.create_task(waiter()) for _ in range(10)]
-    await asyncio.sleep(0.05)
+    async def until(n: int) -> None:
+        for _ in range(400):  # a cap (20 s) that keeps a broken build from hanging
+            if len(woke) >= n:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{len(woke)} of {n} waiters woke")
+
+    waiters = [asyncio.create_task(waiter(i)) for i in range(10)]
+    await asyncio.sleep(0.05)  # let them park
     await store.submit([_req("r1")], 101.0)  # one request: one idle long-poll is enough
-    await asyncio.sleep(0.3)
-    assert len(woke) == 1 and woke[0] < 0.3
+    await until(1)
+    await asyncio.sleep(0.2)  # a herd woken by it would have returned by now
+    assert len(woke) == 1
     await store.submit([_req("r2"), _req("r3")], 102.0)
+    await until(3)
     await asyncio.sleep(0.2)
-    assert len(woke) == 3
-    await asyncio.gather(*waiters)
-    assert sorted(woke)[3] >= 0.7  # the rest waited for their timeout
+    assert len(woke) == 3  # the other seven are still parked
+    for t in waiters:
+        t.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
     await store.flush_namespace()
     await store.close()
 

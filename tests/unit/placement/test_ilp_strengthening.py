@@ -41,7 +41,7 @@ def ppo_cm(two_node_cluster) -> CostModel:
 
 
 def _optimum(model: hetrl_ilp.IlpModel) -> float:
-    status, solver = hetrl_ilp.solve(model, 60)
+    status, solver = hetrl_ilp.solve(model, 600)  # a cap, not a performance bound
     assert status == cp_model.OPTIMAL
     return solver.objective_value
 
@@ -62,7 +62,7 @@ def test_strengthened_model_has_the_plain_models_optimum(ppo_cm):
 def test_candidate_bounds_hold_for_the_optimal_plan(ppo_cm):
     cands = hetrl_ilp._candidates(ppo_cm, GroupBuilder(ppo_cm))
     model = hetrl_ilp.build_model(ppo_cm, cands, strengthen=False)
-    status, solver = hetrl_ilp.solve(model, 60)
+    status, solver = hetrl_ilp.solve(model, 600)  # a cap, not a performance bound
     assert status == cp_model.OPTIMAL
     bounds = hetrl_ilp.candidate_bounds(ppo_cm, cands)
     chosen = [i for (i, _), var in model.x.items() if solver.value(var)]
@@ -75,7 +75,9 @@ def test_candidate_bounds_hold_for_the_optimal_plan(ppo_cm):
 def test_warm_started_schedule_is_optimal(ppo_cm):
     cands = hetrl_ilp._candidates(ppo_cm, GroupBuilder(ppo_cm))
     plain = _optimum(hetrl_ilp.build_model(ppo_cm, cands, strengthen=False))
-    plan, ev, stats = hetrl_ilp.schedule(ppo_cm, time_limit_s=60, warm_start_s=1.0)
+    # time_limit_s is a cap that keeps a broken build from hanging, not a performance bound
+    # (that is benchmarks/): optimality must not depend on how loaded the machine is
+    plan, ev, stats = hetrl_ilp.schedule(ppo_cm, time_limit_s=600, warm_start_s=1.0)
     assert stats.optimal and plan is not None and ev is not None and ev.feasible
     assert round(stats.objective_s * hetrl_ilp.SCALE) == plain
 

@@ -41,7 +41,7 @@ def test_sha_ea_and_ilp_reach_the_brute_force_optimum(two_node_cluster, mode):
     assert ev is not None and ev.feasible
     assert ev.total == pytest.approx(optimum, rel=1e-9)
     assert stats.generations > 0
-    plan, iev, istats = hetrl_ilp.schedule(cm, time_limit_s=30)
+    plan, iev, istats = hetrl_ilp.schedule(cm, time_limit_s=600)  # a cap, not a performance bound
     assert istats.optimal
     assert iev is not None and iev.feasible
     # the ILP optimises the same space exactly (costs rounded to 1 ms)

@@ -91,15 +91,20 @@ class Handler:
         out: StageOutput | Exception,
         ready: tuple[bool, str] = (True, ""),
         gate: threading.Event | None = None,
+        clock: list[float] | None = None,
+        run_s: float = 0.0,
     ) -> None:
         self.out, self._ready, self.gate = out, ready, gate
         self.seen: list[StageInput] = []
+        self.clock, self.run_s = clock, run_s  # an injected clock each run moves by run_s
 
     def ready(self) -> tuple[bool, str]:
         return self._ready
 
     def run(self, inp: StageInput) -> StageOutput:
         self.seen.append(inp)
+        if self.clock is not None:
+            self.clock[0] += self.run_s
         if self.gate:
             self.gate.wait(5)
         if isinstance(self.out, Exception):
@@ -271,9 +276,11 @@ def test_bundle_size(mean_run_s: float | None, target_s: float, max_k: int, expe
 def test_short_runs_switch_to_bundles_completed_in_one_call_per_request() -> None:
     proxy = FakeProxy([lease(i) for i in range(1, 7)])
     proxy.refuse_complete = {"L4"}
-    w = make(proxy, Handler(StageOutput.final(Status.OK, 1.0)), max_bundle=4)
+    t = [0.0]  # an injected clock: each run takes 10 ms of it, whatever the machine's load
+    h = Handler(StageOutput.final(Status.OK, 1.0), clock=t, run_s=0.01)
+    w = make(proxy, h, max_bundle=4, clock=lambda: t[0])
     assert w.run_once() and [lid for lid, _ in proxy.completed] == ["L1"]  # unknown run time: k = 1
-    assert w.mean_run_s is not None and w.mean_run_s < 0.0625  # fast: k reaches max_bundle
+    assert w.mean_run_s == pytest.approx(0.01)  # fast: k reaches max_bundle
     assert w.run_once()
     assert proxy.bundle_calls == [4]
     ((items),) = proxy.bundle_completions
