@@ -13,8 +13,12 @@ A worker runs untrusted programs, so before anything else (``distrs worker`` cal
    (``distrs/sandbox/privileges.py``). Where the pod's seccomp profile refuses namespaces this
    step is skipped and the sandbox probe then explains what to change;
 3. marks itself non-dumpable (``PR_SET_DUMPABLE`` 0): its ``/proc`` entries (environ, memory,
-   file descriptors) then belong to root, so no process of the same uid can read them, even
-   where an operator opted into the degraded sandbox.
+   file descriptors) then belong to root, so no other process of the same uid can read them, even
+   where an operator opted into the degraded sandbox. This holds in the host's user namespace
+   (no ``unshare``); after step 2 the worker's namespace is owned by its uid, so a same-uid
+   process *outside* it (none runs in a worker pod) could still read them; the programs it runs
+   are kept out by their own uid, namespaces and dropped capabilities (docs/sandbox.md).
+   tests/integration/test_worker_isolation.py checks both as an unprivileged uid.
 """
 
 from __future__ import annotations
