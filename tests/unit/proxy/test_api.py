@@ -147,12 +147,16 @@ async def test_lease_not_yours_and_expired(api: Api) -> None:
     await register(api)
     await api.trainer.post("/v1/requests", json=req(0))
     ls = await lease(api, "compile", "w1")
+    held = await api.store.get_lease(ls["lease_id"])
     # ownership is the token's: another token naming the same worker_id is refused
     r = await api.admin.post(
         f"/v1/leases/{ls['lease_id']}/complete", json={"worker_id": "w1", "outcome": "next"}
     )
     assert r.status_code == 403 and error(r)["code"] == "lease_not_yours"
     assert error(r)["details"]["field"] == "lease_id"
+    assert await api.store.get_lease(ls["lease_id"]) == held  # re-read: still held, unchanged
+    state = (await api.trainer.get("/v1/requests/t1/r0")).json()
+    assert state["state"] == "running" and state["stage"] == "compile" and state.get("result") is None
     api.clock.t += 11  # past the 10 s lease TTL
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/heartbeat", json={"worker_id": "w1"})
     assert r.status_code == 409 and error(r)["code"] == "lease_expired"
@@ -171,8 +175,10 @@ async def test_release_gives_the_lease_back(api: Api) -> None:
     ls = await lease(api, "compile", "w1")
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker": "w1"})
     assert r.status_code == 422 and "worker_id" in error(r)["message"]
+    held = await api.store.get_lease(ls["lease_id"])
     r = await api.admin.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w1"})
     assert r.status_code == 403 and error(r)["code"] == "lease_not_yours"
+    assert await api.store.get_lease(ls["lease_id"]) == held  # not released
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/release", json={"worker_id": "w1"})
     assert r.status_code == 200 and r.json() == {"lease_id": ls["lease_id"], "released": True}
     assert 'distrs_lease_releases_total{stage="compile"} 1.0' in (await api.anon.get("/metrics")).text

@@ -1,5 +1,7 @@
 """Worker routes: lease ownership by token, the heartbeat period a lease asks for, and a lease
-whose payload cannot be rendered (ended with a clear result, never left held)."""
+whose payload cannot be rendered (ended with a clear result, never left held). Every refusal is
+followed by a re-read of what it must not have changed (the lease, its deadline and holder, the
+request), not only its status code."""
 
 from __future__ import annotations
 
@@ -29,6 +31,18 @@ async def _submit_direct(api: Api, rid: str, payload: dict[str, Any], size: int 
     assert (await api.store.submit([new], api.clock.t)).accepted == [rid]
 
 
+async def _state(api: Api, rids: list[str], lease_ids: list[str]) -> tuple[object, ...]:
+    """What a refused call must leave as it was: the store's snapshot, the requests, the leases."""
+    recs = [await api.store.get_request(TASK, rid) for rid in rids]
+    leases = [await api.store.get_lease(lid) for lid in lease_ids]
+    snap = await api.store.snapshot(api.clock.t)
+    return (
+        snap.model_dump(),
+        [r.model_dump() if r else None for r in recs],
+        [ls.model_dump() if ls else None for ls in leases],
+    )
+
+
 async def test_lease_tells_the_heartbeat_period_and_hides_the_holder(api: Api) -> None:
     await _submit_direct(api, "r0", {"durations": {"compile": 1.0}})
     r = await api.worker.post("/v1/leases", json={"stage": "compile", "worker_id": "w1"})
@@ -38,8 +52,12 @@ async def test_lease_tells_the_heartbeat_period_and_hides_the_holder(api: Api) -
     assert "holder" not in ls and ls["worker_id"] == "w1"
     r = await api.worker.post(f"/v1/leases/{ls['lease_id']}/heartbeat", json={"worker_id": "whatever"})
     assert r.status_code == 200 and r.json()["deadline"] == api.clock.t + 10
+    before = await _state(api, ["r0"], [ls["lease_id"]])
+    api.clock.t += 1  # a heartbeat that landed would move the deadline
     r = await api.admin.post(f"/v1/leases/{ls['lease_id']}/heartbeat", json={"worker_id": "w1"})
     assert r.status_code == 403 and r.json()["error"]["code"] == "lease_not_yours"
+    api.clock.t -= 1
+    assert await _state(api, ["r0"], [ls["lease_id"]]) == before
 
 
 async def test_unrenderable_lease_ends_its_request_and_serves_the_next(api: Api) -> None:
@@ -85,6 +103,8 @@ async def test_bundle_lease_heartbeat_and_complete_per_request(api: Api) -> None
     ids = [x["lease_id"] for x in got["leases"]]
     foreign = (await _bundle(api, 3, api.admin))["leases"]
     assert [x["request_id"] for x in foreign] == ["r3"]
+    theirs = await _state(api, ["r3"], [foreign[0]["lease_id"]])
+    r3_lease = (await api.store.get_lease(foreign[0]["lease_id"])).model_dump()  # type: ignore[union-attr]
     api.clock.t += 5
     r = await api.worker.post(
         "/v1/leases/heartbeat", json={"worker_id": "w1", "lease_ids": [*ids, foreign[0]["lease_id"]]}
@@ -120,9 +140,18 @@ async def test_bundle_lease_heartbeat_and_complete_per_request(api: Api) -> None
     assert r2 is not None and r2.result is not None and r2.result.status is Status.WRONG_ANSWER
     r1 = await api.store.get_request(TASK, "r1")
     assert r1 is not None and r1.state is RequestState.RUNNING  # still its lease, still held
+    r1_lease = await api.store.get_lease(ids[1])
+    assert r1_lease is not None and r1_lease.deadline == api.clock.t + 10  # the heartbeat's, kept
+    # the other token's request: neither the heartbeat nor the completion touched it
+    assert (await api.store.get_lease(foreign[0]["lease_id"])).model_dump() == r3_lease  # type: ignore[union-attr]
+    assert (await _state(api, ["r3"], [foreign[0]["lease_id"]]))[1:] == theirs[1:]
 
 
 async def test_bundle_bounds_are_422_naming_the_field(api: Api) -> None:
+    await _submit_direct(api, "r0", {"durations": {"compile": 1.0}}, size=2)
+    await _submit_direct(api, "r1", {"durations": {"compile": 1.0}})
+    held = (await _bundle(api, 1))["leases"][0]["lease_id"]
+    before = await _state(api, ["r0", "r1"], [held])
     for body, field in (
         ({"stage": "compile", "worker_id": "w1", "max_items": 0}, "max_items"),
         ({"stage": "compile", "worker_id": "w1", "max_items": 129}, "max_items"),
@@ -140,10 +169,16 @@ async def test_bundle_bounds_are_422_naming_the_field(api: Api) -> None:
     assert r.status_code == 422 and r.json()["error"]["message"].startswith("items"), r.text
     r = await api.worker.post("/v1/leases/complete", json={"worker_id": "w1", "items": []})
     assert r.status_code == 422 and r.json()["error"]["message"].startswith("items"), r.text
+    item = {"lease_id": held, "outcome": "final", "result": {"status": "ok"}}
+    r = await api.worker.post("/v1/leases/complete", json={"worker_id": "w1", "items": [item] * 129})
+    assert r.status_code == 422  # one item too many: none of them lands, the held one included
     r = await api.trainer.post(
         "/v1/leases/bundle", json={"stage": "compile", "worker_id": "w", "max_items": 2}
     )
     assert r.status_code == 403
+    r = await api.trainer.post("/v1/leases/complete", json={"worker_id": "w1", "items": [item]})
+    assert r.status_code == 403
+    assert await _state(api, ["r0", "r1"], [held]) == before  # r1 still queued, r0 still held
 
 
 async def test_bundle_with_an_unrenderable_request_serves_the_rest(api: Api) -> None:
