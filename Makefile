@@ -14,7 +14,7 @@ all: test
 system-deps:
 	@./scripts/system-deps.sh
 
-$(STAMP): pyproject.toml trainer_client/pyproject.toml
+$(STAMP): pyproject.toml trainer_client/pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev]' -e './trainer_client[ray]'  # ray: the Ray rollout hook test (~260 MB, ~40 s)

@@ -16,7 +16,9 @@ When the component is there, ``need`` returns and the test runs. When it is not:
   machine that lacks a component goes red instead of green having proved nothing.
 
 The same rule covers skips that do not go through ``need`` (``pytest.skip``, ``skipif``,
-``importorskip`` anywhere in the tree): the root ``tests/conftest.py`` turns every skip under
+``importorskip`` anywhere in the tree): the hooks at the end of this module, which the
+repository's root ``conftest.py`` installs for every test tree (``tests/`` and
+``trainer_client/tests/``), turn every skip under
 ``CI=true`` into a failure (:func:`skip_is_allowed_in_ci` says which are exempt). The tests
 allowed to skip in CI are those marked ``gpu`` (this machine class has no accelerator), because no
 install step can provide one, and a component that no package registry publishes, declared with
@@ -39,6 +41,7 @@ import importlib
 import importlib.util
 import os
 import shutil
+from collections.abc import Generator
 from types import ModuleType
 from typing import Any
 
@@ -118,3 +121,33 @@ def summarize_skips(reports: list[Any]) -> list[str]:
         reason = skip_reason(rep.longrepr)
         counts[reason] = counts.get(reason, 0) + 1
     return [f"{n:4d}  {reason}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+# pytest hooks (installed by the root conftest.py) ------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """Under ``CI=true`` a skip of a test that may not skip becomes a failure saying why."""
+    rep = yield
+    if not (rep.skipped and in_ci() and getattr(rep, "wasxfail", None) is None):
+        return rep
+    reason = skip_reason(rep.longrepr)
+    if not skip_is_allowed_in_ci(item, reason):
+        rep.outcome = "failed"
+        rep.longrepr = (
+            "CI=true: this test may not skip (only tests marked 'gpu' and components no registry "
+            f"publishes may); make test installs what the tiers need. It skipped with: {reason}"
+        )
+    return rep
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The end-of-run summary of what was skipped and why."""
+    lines = summarize_skips(terminalreporter.stats.get("skipped", []))
+    if not lines:
+        return
+    title = "skipped, by reason" + (" (only gpu tests may, under CI=true)" if in_ci() else "")
+    terminalreporter.section(title)
+    for line in lines:
+        terminalreporter.write_line(line)
