@@ -85,10 +85,10 @@ def need(component: str, why: str, found: Any = None, detail: str = "", not_inst
     if detail:
         msg += f": {detail}"
     if not_installable:
-        pytest.skip(f"{NOT_INSTALLABLE}{msg} - {not_installable}")
+        pytest.skip(f"{NOT_INSTALLABLE}{msg} - {not_installable}", allow_module_level=True)
     if in_ci():
         pytest.fail(f"CI=true: {msg}", pytrace=False)
-    pytest.skip(msg)
+    pytest.skip(msg, allow_module_level=True)  # callable at a module's top level too
 
 
 def need_module(name: str, why: str) -> ModuleType:
@@ -139,6 +139,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             "CI=true: this test may not skip (only tests marked 'gpu' and components no registry "
             f"publishes may); make test installs what the tiers need. It skipped with: {reason}"
         )
+    return rep
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, Any]:
+    """The same for a whole module skipped while it is collected (a module-level importorskip)."""
+    rep = yield
+    if rep.skipped and in_ci():
+        reason = skip_reason(rep.longrepr)
+        if collector.get_closest_marker(GPU_MARKER) is None and not reason.startswith(NOT_INSTALLABLE):
+            rep.outcome = "failed"
+            rep.longrepr = (
+                f"CI=true: this module may not skip (only gpu tests may). It skipped with: {reason}"
+            )
     return rep
 
 

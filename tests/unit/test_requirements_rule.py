@@ -43,9 +43,20 @@ def test_present():
 """
 
 
-def run(ci: str | None) -> subprocess.CompletedProcess[str]:
+MODULE_LEVEL = """
+from tests.requirements import need_module
+
+mod = need_module("no_such_module_xyz", "the whole module needs it")
+
+
+def test_never_runs():
+    assert mod
+"""
+
+
+def run(ci: str | None, text: str = PROBE) -> subprocess.CompletedProcess[str]:
     probe = REPO / "tests" / "unit" / f"_probe_requirements_{os.getpid()}_{ci}.py"
-    probe.write_text(PROBE)
+    probe.write_text(text)
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci is not None:
         env["CI"] = ci
@@ -84,3 +95,20 @@ def test_under_ci_a_missing_component_fails_naming_it_and_only_gpu_skips() -> No
         "not installable: missing component: a checkout (runs its code) - no registry publishes it"
         in r.stdout
     )
+
+
+def test_a_module_level_need_skips_the_module_outside_ci_and_fails_it_under_ci() -> None:
+    r = run(None, MODULE_LEVEL)
+    assert r.returncode in (0, 5) and "1 skipped" in r.stdout, r.stdout[-2000:]  # 5: no test ran
+    r = run("true", MODULE_LEVEL)
+    assert r.returncode != 0 and "CI=true: missing component: no_such_module_xyz" in r.stdout, r.stdout[
+        -2000:
+    ]
+
+
+def test_a_plain_module_level_importorskip_fails_under_ci() -> None:
+    text = 'import pytest\n\nmod = pytest.importorskip("no_such_module_xyz")\n\n\ndef test_x():\n    assert mod\n'
+    r = run(None, text)
+    assert r.returncode in (0, 5) and "1 skipped" in r.stdout, r.stdout[-2000:]
+    r = run("true", text)
+    assert r.returncode != 0 and "CI=true: this module may not skip" in r.stdout, r.stdout[-2000:]
