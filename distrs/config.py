@@ -64,8 +64,8 @@ class ProxySettings(StoreSettings):
     )
     worker_credential_secret: str | None = Field(
         None,
-        description="Key that signs per-worker credentials; unset: derived from the worker tokens, "
-        "which every proxy replica of a release shares.",
+        description="Key that signs per-worker credentials; unset: derived from the tokens, which "
+        "every proxy replica of a release shares.",
     )
     max_payload_bytes: int = Field(1 << 20, ge=1024, description="Largest accepted request payload.")
     max_body_bytes: int = Field(64 << 20, ge=1024, description="Largest accepted HTTP body.")

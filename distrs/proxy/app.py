@@ -22,7 +22,7 @@ from distrs.core.pipeline_config import load_pipelines
 from distrs.core.stages import PipelineTable
 from distrs.metrics import Metrics
 from distrs.proxy import errors
-from distrs.proxy.auth import Role, TokenTable
+from distrs.proxy.auth import TokenTable
 from distrs.proxy.credentials import CredentialIssuer, derive_secret
 from distrs.proxy.deps import AppState
 from distrs.proxy.gc_policy import GcPolicy
@@ -122,7 +122,7 @@ def create_app(
         metrics.lease_releases.labels(stage)
     secret = settings.worker_credential_secret
     issuer = CredentialIssuer(
-        secret.encode() if secret else derive_secret(tokens.tokens_of(Role.WORKER)),
+        secret.encode() if secret else derive_secret(tokens.secrets()),
         settings.worker_credential_ttl_s,
     )
     state = AppState(

@@ -78,8 +78,9 @@ class TokenTable:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def tokens_of(self, role: Role) -> list[str]:
-        return [t for t, p in self._entries.items() if p.role is role]
+    def secrets(self) -> list[str]:
+        """Every token (the material the per-worker credential key is derived from)."""
+        return list(self._entries)
 
     def lookup(self, token: str) -> Principal | None:
         found = None

@@ -8,8 +8,8 @@ gets 403 ``lease_not_yours``. Operators change nothing: the worker makes the exc
 
 A credential is ``dwc1.<worker_id>.<session>.<started>.<expires>.<mac>`` (times in ms): stateless and signed
 (HMAC-SHA256), so every proxy replica of a release verifies it without shared state. The key is
-``worker_credential_secret`` when set, else derived from the worker tokens the proxy accepts
-(the replicas of one release share them). ``session`` is random at the exchange and kept by
+``worker_credential_secret`` when set, else derived from the tokens the proxy accepts (the
+replicas of one release share them; rotating a token rotates the key). ``session`` is random at the exchange and kept by
 renewals, so the leases a worker holds stay its own while its credential is renewed (the worker
 renews with its heartbeats, well before ``expires``); ``started`` is when the session began.
 
@@ -59,10 +59,14 @@ def is_credential(token: str) -> bool:
     return token.startswith(PREFIX)
 
 
-def derive_secret(worker_tokens: list[str]) -> bytes:
-    """The signing key when none is configured: a hash of the worker tokens the proxy accepts."""
+def derive_secret(tokens: list[str]) -> bytes:
+    """The signing key when none is configured: a hash of every token the proxy accepts (secret
+    material all replicas of a release share). Without any token (``--insecure``, where every
+    caller is an admin anyway) a random key of this process: never a key anyone could compute."""
+    if not tokens:
+        return secrets.token_bytes(32)
     h = hashlib.sha256(b"distrs-worker-credential/1\0")
-    for t in sorted(worker_tokens):
+    for t in sorted(tokens):
         h.update(t.encode() + b"\0")
     return h.digest()
 

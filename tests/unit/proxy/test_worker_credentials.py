@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from distrs.core.model import RequestState
+from distrs.proxy.credentials import CredentialError
 from tests.unit.proxy.conftest import Api
 
 TASK = "tenant-a/t1"
@@ -180,3 +182,15 @@ async def test_a_tampered_credential_is_refused(api: Api) -> None:
         await c.aclose()
     r = await api.trainer.post("/v1/workers/credential", json={"worker_id": "w1"})
     assert r.status_code == 403  # a trainer token gets no worker credential
+
+
+def test_the_signing_key_is_never_one_anyone_can_compute() -> None:
+    from distrs.proxy.credentials import CredentialIssuer, derive_secret
+
+    assert derive_secret([]) != derive_secret([])  # no tokens: a random key per process
+    assert derive_secret(["a", "b"]) == derive_secret(["b", "a"])  # replicas agree
+    assert derive_secret(["a", "b"]) != derive_secret(["a", "c"])  # a rotated token rotates it
+    token, _ = CredentialIssuer(derive_secret(["a"]), 60).issue("w1", 0.0)
+    other = CredentialIssuer(derive_secret(["b"]), 60)
+    with pytest.raises(CredentialError):
+        other.verify(token, 1.0)
