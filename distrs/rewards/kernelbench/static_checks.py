@@ -4,7 +4,7 @@ A candidate is a Python module defining ``ModelNew``; for the ``cuda`` backend i
 with ``torch.utils.cpp_extension.load_inline`` (or ``load``) when imported, for ``cpp`` it builds a
 CPU extension from ``cpp_sources`` only, for ``triton`` it defines ``@triton.jit`` kernels. These
 checks read the source (``ast`` for the Python, regexes for the C++/CUDA strings) and never import
-it, so they run on the compile stage's CPU workers in microseconds and reject the known reward
+it, so they run on the compile stage's CPU workers in milliseconds and reject the known reward
 hacks before a 2-4 minute build is spent on them. They are heuristics: a determined candidate can
 hide anything from a static reader (``exec`` of a computed string, ``getattr`` with a built name),
 and an honest one can trip a rule. The run-time checks of the execute stage (fresh inputs per
@@ -19,9 +19,11 @@ Rejections (the candidate scores 0 at compile):
   ``cuda_sources`` resolve to text defining a ``__global__`` function (or a ``load`` of a ``.cu``
   file while the module holds no ``__global__`` text); for ``cpp`` no ``cpp_sources`` that resolve
   to a function body; for ``triton`` no ``@triton.jit`` function. Sources are resolved through
-  string literals, module-level string constants, simple names, ``+``, lists/tuples and
-  ``textwrap.dedent``; anything else (f-strings with fields, ``.format``, file reads) is
-  unresolved, and a kernel only reachable that way does not count. Defends against the "decoy"
+  string literals, names bound in the enclosing functions, class or module (last binding wins,
+  ``+=`` followed), ``self.X``/``Cls.X`` class attributes, ``+``, lists/tuples, ``str.join``,
+  ``textwrap.dedent`` and f-string/``.format``/``%`` templates (fields that cannot be resolved
+  become empty text: that can lose a kernel, never invent one); anything else (file reads, calls)
+  is unresolved and a kernel only reachable that way does not count. Defends against the "decoy"
   candidate that lets PyTorch do all the work.
 * ``kernel_not_called`` - ``ModelNew.forward`` reaches nothing from the built extension (the
   object ``load_inline`` returned, under any name or ``self`` attribute, a function taken from it,
@@ -40,18 +42,23 @@ Rejections (the candidate scores 0 at compile):
 * ``threads`` - importing ``threading``, ``_thread``, ``multiprocessing`` (also torch's),
   ``concurrent``, ``asyncio``, ``subprocess``, ``pty``; ``os.fork``/``forkpty``/``system``/``popen``/
   ``spawn*``/``exec*``/``posix_spawn*``; ``std::thread``, ``std::jthread``, ``std::async``,
-  ``pthread_create`` in C++: work that outlives the timed call. OpenMP regions join before returning
-  and are allowed.
+  ``pthread_create``, ``fork``/``system``/``popen``/``exec*`` calls in C++: work that outlives the
+  timed call. OpenMP regions join before returning and are allowed.
 * ``tampering`` - assigning to, deleting or ``setattr``/``delattr`` on attributes of any imported
   module or name (``torch``, ``time``, ``sys``, ``builtins``, ...); the names ``elapsed_time``,
   ``perf_counter``, ``synchronize``, ``record`` as assignment targets; importing ``ctypes``, ``gc``,
   ``inspect``, ``importlib``, ``signal``, ``atexit``, ``faulthandler``, ``builtins``; ``sys.modules``,
   ``sys._getframe``, ``__subclasses__``, ``__globals__``, ``__code__``, ``__builtins__``;
   ``os._exit``/``abort``/``kill``, ``sys.exit``, ``exit``/``quit`` calls; writes to ``os.environ``
-  (also ``putenv``/``unsetenv``). Limit: an honest candidate that sets ``TORCH_CUDA_ARCH_LIST``
-  itself is rejected too; the build stage sets it.
-* ``tensor_subclass`` - a class deriving from ``torch.Tensor``, defining ``__torch_function__`` or
-  ``__torch_dispatch__``, or ``_make_subclass``/``_make_wrapper_subclass``: lazy or lying tensors.
+  (also ``putenv``/``unsetenv``); ``exec``/``eval``/``compile``/``__import__`` (code these checks
+  cannot read); writes through ``vars(m)``/``m.__dict__``; C++ that reaches back into Python
+  (``py::module_::import``, ``.attr(...) =``, ``PyImport_*``, ``PyObject_SetAttr*``, ``PyRun_*``,
+  ``PyEval_*``) or loads code (``dlopen``/``dlsym``). Limits: an honest candidate that sets
+  ``TORCH_CUDA_ARCH_LIST`` (the build stage sets it) or ``torch.backends...allow_tf32`` (which
+  would change the reference's numerics too) is rejected as well.
+* ``tensor_subclass`` - a class deriving from ``torch.Tensor`` or ``nn.Parameter``, defining
+  ``__torch_function__`` or ``__torch_dispatch__``, or ``_make_subclass``/``_make_wrapper_subclass``:
+  lazy or lying tensors.
 
 Flags (allowed, reported with the result):
 
@@ -133,6 +140,7 @@ _TAMPER_MODULES = {"ctypes", "gc", "inspect", "importlib", "signal", "atexit", "
 _OS_THREAD_CALLS = {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp"}
 _OS_THREAD_PREFIXES = ("spawn", "exec")
 _OS_EXIT_CALLS = {"_exit", "abort", "kill", "killpg"}
+_HIDING_CALLS = {"exec", "eval", "compile", "__import__"}
 _TIMING_NAMES = {"elapsed_time", "perf_counter", "synchronize", "record"}
 _DUNDER_ESCAPES = {"__subclasses__", "__globals__", "__code__", "__builtins__"}
 _ENV_MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
@@ -170,7 +178,15 @@ _NN_NON_MODULES = {"Parameter", "Buffer", "ParameterList", "ParameterDict", "ini
 _CPP_STREAM = re.compile(
     r"\b(cudaStreamCreate\w*|getStreamFromPool|getStreamFromExternal|setCurrentCUDAStream|cudaStreamPerThread)\b"
 )
-_CPP_THREAD = re.compile(r"(std::j?thread\b|std::async\b|\bpthread_create\b)")
+_CPP_THREAD = re.compile(
+    r"(std::j?thread\b|std::async\b|\bpthread_create\b|"
+    r"(?:\bstd::|(?<![\w:.>]))(?:fork|vfork|system|popen|posix_spawnp?|execv[pe]?|execl[pe]?)(?=\s*\())"
+)
+# C++ that reaches back into the Python interpreter or loads code at run time
+_CPP_TAMPER = re.compile(
+    r"(py::module_?::import\b|\bPyImport_\w+|\bPyObject_SetAttr\w*|\bPyRun_\w+|\bPyEval_\w+|"
+    r"\bdlopen\b|\bdlsym\b|\.attr\s*\([^)]*\)\s*=(?!=))"
+)
 _CPP_ATEN_COMPUTE = re.compile(
     r"\b(?:torch|at)::(matmul|mm|bmm|addmm|baddbmm|linear|conv\w*|relu|gelu|sigmoid|tanh|softmax|"
     r"log_softmax|layer_norm|batch_norm|group_norm|einsum|sum|mean|exp|max_pool\w*|avg_pool\w*)\s*\("
@@ -234,10 +250,10 @@ def _lines(nodes: Iterable[int]) -> str:
     return ("line " if len(ls) == 1 else "lines ") + ", ".join(str(n) for n in ls)
 
 
-def _docstring_nodes(tree: ast.Module) -> set[int]:
+def _docstring_nodes(nodes: Iterable[ast.AST]) -> set[int]:
     """ids of the string constants that are docstrings (never scanned as C++)."""
     out: set[int] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             body = node.body
             if (
@@ -271,6 +287,66 @@ class _Collector:
         return tuple(sorted(out, key=lambda f: order.get(f.check, len(order))))
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_MAX_RESOLVE_DEPTH = 200
+_STR_METHODS_KEEPING_TEXT = {"strip", "lstrip", "rstrip", "format", "replace", "expandtabs"}
+
+
+def _bindings(stmts: list[ast.stmt] | list[ast.AST], nested: bool) -> dict[str, list[ast.expr]]:
+    """Name -> the expressions assigned to it in ``stmts``, in source order (``x += e`` becomes
+    ``x + e``). With ``nested`` the statements' whole subtrees count (a function's locals), else only
+    the statements themselves and those under ``if``/``with``/``try`` (a class or module body)."""
+    found: list[tuple[int, int, str, ast.expr]] = []
+    nodes: Iterable[ast.AST]
+    if nested:
+        nodes = (n for s in stmts for n in ast.walk(s))
+    else:
+        flat: list[ast.AST] = []
+        stack: list[ast.AST] = list(reversed(stmts))
+        while stack:
+            st = stack.pop()
+            flat.append(st)
+            if isinstance(st, ast.If | ast.With | ast.Try | ast.TryStar):
+                children = [*st.body, *getattr(st, "orelse", []), *getattr(st, "finalbody", [])]
+                for h in getattr(st, "handlers", []):
+                    children.extend(h.body)
+                stack.extend(reversed(children))
+        nodes = flat
+    for n in nodes:
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    found.append((n.lineno, n.col_offset, t.id, n.value))
+        elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value is not None:
+            found.append((n.lineno, n.col_offset, n.target.id, n.value))
+        elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+            aug = ast.BinOp(left=ast.Name(id=n.target.id, ctx=ast.Load()), op=n.op, right=n.value)
+            found.append((n.lineno, n.col_offset, n.target.id, aug))
+    out: dict[str, list[ast.expr]] = {}
+    for _, _, name, value in sorted(found, key=lambda f: (f[0], f[1])):
+        out.setdefault(name, []).append(value)
+    return out
+
+
+def _self_bindings(cls: ast.ClassDef) -> dict[str, list[ast.expr]]:
+    """``self.X = e`` in any method of ``cls``: X -> [e, ...] in source order."""
+    found: list[tuple[int, int, str, ast.expr]] = []
+    for n in ast.walk(cls):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                a = _is_self_attr(t)
+                if a is not None:
+                    found.append((n.lineno, n.col_offset, a, n.value))
+        elif isinstance(n, ast.AnnAssign) and n.value is not None:
+            a = _is_self_attr(n.target)
+            if a is not None:
+                found.append((n.lineno, n.col_offset, a, n.value))
+    out: dict[str, list[ast.expr]] = {}
+    for _, _, name, value in sorted(found, key=lambda f: (f[0], f[1])):
+        out.setdefault(name, []).append(value)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # The analysis
 
@@ -280,7 +356,8 @@ class _Analysis:
         self.tree = tree
         self.backend = backend
         self.found = _Collector()
-        self.docstrings = _docstring_nodes(tree)
+        self.nodes: list[ast.AST] = list(ast.walk(tree))  # walked once, read by every check
+        self.docstrings = _docstring_nodes(self.nodes)
         # import bookkeeping: local name -> dotted module/object it is bound to
         self.imports: dict[str, str] = {}
         # module-level definitions
@@ -296,7 +373,7 @@ class _Analysis:
     # -- bookkeeping ----------------------------------------------------------------------
 
     def collect(self) -> None:
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:  # ``import a.b as x`` binds x to a.b
@@ -308,13 +385,14 @@ class _Analysis:
                 for a in node.names:
                     self.imports[a.asname or a.name] = f"{node.module}.{a.name}"
         for stmt in self.tree.body:
-            self._collect_stmt(stmt)
+            self._collect_stmt(stmt)  # functions and classes
+        self.assigns = _bindings(self.tree.body, nested=False)
         # names bound (anywhere, e.g. via ``global``) to a build call's result
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Call) and self._is_build_call(node):
                 self.build_calls.append(node)
                 self.build_call_ids.add(id(node))
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if (
                 isinstance(node, ast.Assign | ast.AnnAssign)
                 and node.value is not None
@@ -343,22 +421,12 @@ class _Analysis:
                 self.triton_kernels[stmt.name] = stmt  # type: ignore[assignment]
         elif isinstance(stmt, ast.ClassDef):
             self.classes[stmt.name] = stmt
-        elif isinstance(stmt, ast.Assign):
-            for t in stmt.targets:
-                if isinstance(t, ast.Name):
-                    self.assigns.setdefault(t.id, []).append(stmt.value)
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:
-            self.assigns.setdefault(stmt.target.id, []).append(stmt.value)
-        elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
-            self.assigns.setdefault(stmt.target.id, []).append(
-                ast.BinOp(left=ast.Name(id=stmt.target.id, ctx=ast.Load()), op=stmt.op, right=stmt.value)
-            )
-        elif isinstance(stmt, ast.If | ast.With | ast.Try):
+        elif isinstance(stmt, ast.If | ast.With | ast.Try | ast.TryStar):
             # definitions under ``if`` / ``with`` / ``try`` at module level still bind module names
             for sub in ast.iter_child_nodes(stmt):
                 if isinstance(sub, ast.stmt):
                     self._collect_stmt(sub)
-            if isinstance(stmt, ast.Try):
+            if isinstance(stmt, ast.Try | ast.TryStar):
                 for h in stmt.handlers:
                     for sub in h.body:
                         self._collect_stmt(sub)
@@ -401,82 +469,135 @@ class _Analysis:
 
     # -- resolving source strings -----------------------------------------------------------
 
-    def resolve_strings(self, node: ast.expr | None, depth: int = 0) -> list[str] | None:
-        """The strings an expression evaluates to, or None when any part cannot be resolved."""
-        if node is None or depth > 20:
+    def _scopes_of(self, target: ast.AST) -> tuple[list[dict[str, list[ast.expr]]], ast.ClassDef | None]:
+        """The name bindings visible at ``target`` (innermost function first, module last) and the
+        class whose ``self`` it sees."""
+        chain: list[ast.AST] = []
+
+        def find(node: ast.AST, path: list[ast.AST]) -> bool:
+            for child in ast.iter_child_nodes(node):
+                if child is target:
+                    chain.extend(path)
+                    return True
+                inner = [*path, child] if isinstance(child, _SCOPES) else path
+                if find(child, inner):
+                    return True
+            return False
+
+        find(self.tree, [])
+        scopes: list[dict[str, list[ast.expr]]] = []
+        owner: ast.ClassDef | None = None
+        for node in reversed(chain):
+            if isinstance(node, ast.ClassDef):
+                owner = owner or node
+                scopes.append(_bindings(node.body, nested=False))
+            else:
+                scopes.append(_bindings([node], nested=True))
+        scopes.append(self.assigns)
+        return scopes, owner
+
+    def resolve_strings(
+        self,
+        node: ast.expr | None,
+        scopes: list[dict[str, list[ast.expr]]] | None = None,
+        owner: ast.ClassDef | None = None,
+        depth: int = 0,
+    ) -> list[str] | None:
+        """The strings an expression evaluates to, or None when it cannot be resolved statically.
+
+        Interpolated parts of f-strings, ``.format`` and ``%`` templates that cannot be resolved
+        become empty: they can only lose text, never invent a kernel."""
+        if node is None or depth > _MAX_RESOLVE_DEPTH:
             return None
+        scopes = [self.assigns] if scopes is None else scopes
+
+        def sub(n: ast.expr | None) -> list[str] | None:
+            return self.resolve_strings(n, scopes, owner, depth + 1)
+
         if isinstance(node, ast.Constant):
             if isinstance(node.value, str):
                 return [node.value]
+            if isinstance(node.value, int | float) and not isinstance(node.value, bool):
+                return [str(node.value)]
             return [] if node.value is None else None
         if isinstance(node, ast.List | ast.Tuple):
             out: list[str] = []
             for elt in node.elts:
-                r = self.resolve_strings(elt, depth + 1)
+                r = sub(elt)
                 if r is None:
                     return None
                 out.extend(r)
             return out
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            left = self.resolve_strings(node.left, depth + 1)
-            right = self.resolve_strings(node.right, depth + 1)
+            left, right = sub(node.left), sub(node.right)
             if left is None or right is None:
                 return None
             if len(left) == 1 and len(right) == 1:
                 return [left[0] + right[0]]
             return [*left, *right]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            return sub(node.left)
         if isinstance(node, ast.Name):
-            values = self.assigns.get(node.id)
-            if not values:
+            for scope in scopes:
+                if scope.get(node.id):
+                    return self._resolve_binding(
+                        scope, node.id, len(scope[node.id]) - 1, scopes, owner, depth
+                    )
+            return None
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            cls = owner if node.value.id == "self" else self.classes.get(node.value.id)
+            if cls is None:
                 return None
-            # the last module-level binding wins; ``x += ...`` refers back to the one before
-            return self._resolve_name(node.id, len(values) - 1, depth)
+            values = _bindings(cls.body, nested=False).get(node.attr)
+            if not values and node.value.id == "self":
+                values = _self_bindings(cls).get(node.attr)
+            return sub(values[-1]) if values else None
         if isinstance(node, ast.JoinedStr):
             parts: list[str] = []
             for v in node.values:
                 if isinstance(v, ast.Constant) and isinstance(v.value, str):
                     parts.append(v.value)
-                else:
-                    return None
+                elif isinstance(v, ast.FormattedValue):
+                    r = sub(v.value)
+                    parts.append(r[0] if r is not None and len(r) == 1 else "")
             return ["".join(parts)]
-        if (
-            isinstance(node, ast.Call)
-            and len(node.args) == 1
-            and not node.keywords
-            and (_dotted(node.func) or "").split(".")[-1] in {"dedent", "strip", "str"}
-        ):
-            return self.resolve_strings(node.args[0], depth + 1)
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr
-            in {
-                "strip",
-                "lstrip",
-                "rstrip",
-            }
-        ):
-            return self.resolve_strings(node.func.value, depth + 1)
+        if isinstance(node, ast.Call):
+            d = _dotted(node.func) or ""
+            if len(node.args) == 1 and not node.keywords and d.split(".")[-1] in {"dedent", "str"}:
+                return sub(node.args[0])
+            if isinstance(node.func, ast.Attribute) and node.func.attr in _STR_METHODS_KEEPING_TEXT:
+                return sub(node.func.value)
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "join" and len(node.args) == 1:
+                sep, items = sub(node.func.value), sub(node.args[0])
+                if sep is None or items is None or len(sep) != 1:
+                    return None
+                return [sep[0].join(items)]
         return None
 
-    def _resolve_name(self, name: str, index: int, depth: int) -> list[str] | None:
-        value = self.assigns[name][index]
-        if (
-            isinstance(value, ast.BinOp)
-            and isinstance(value.left, ast.Name)
-            and value.left.id == name
-            and isinstance(value.op, ast.Add)
-        ):
+    def _resolve_binding(
+        self,
+        scope: dict[str, list[ast.expr]],
+        name: str,
+        index: int,
+        scopes: list[dict[str, list[ast.expr]]],
+        owner: ast.ClassDef | None,
+        depth: int,
+    ) -> list[str] | None:
+        """The ``index``-th binding of ``name``; ``x += ...`` refers back to the one before."""
+        if depth > _MAX_RESOLVE_DEPTH:
+            return None
+        value = scope[name][index]
+        if isinstance(value, ast.BinOp) and isinstance(value.left, ast.Name) and value.left.id == name:
             if index == 0:
                 return None
-            left = self._resolve_name(name, index - 1, depth + 1)
-            right = self.resolve_strings(value.right, depth + 1)
+            left = self._resolve_binding(scope, name, index - 1, scopes, owner, depth + 1)
+            right = self.resolve_strings(value.right, scopes, owner, depth + 1)
             if left is None or right is None:
                 return None
             if len(left) == 1 and len(right) == 1:
                 return [left[0] + right[0]]
             return [*left, *right]
-        return self.resolve_strings(value, depth + 1)
+        return self.resolve_strings(value, scopes, owner, depth + 1)
 
     @staticmethod
     def _arg(call: ast.Call, name: str, position: int) -> ast.expr | None:
@@ -524,9 +645,10 @@ class _Analysis:
 
     def _build_has_kernel(self, call: ast.Call) -> tuple[bool, str]:
         kind = self._build_kind(call)
+        scopes, owner = self._scopes_of(call)
         if kind == "load_inline":
-            cpp = self.resolve_strings(self._arg(call, "cpp_sources", 1))
-            cuda = self.resolve_strings(self._arg(call, "cuda_sources", 2))
+            cpp = self.resolve_strings(self._arg(call, "cpp_sources", 1), scopes, owner)
+            cuda = self.resolve_strings(self._arg(call, "cuda_sources", 2), scopes, owner)
             if self.backend == "cuda":
                 if self._arg(call, "cuda_sources", 2) is None:
                     return False, "load_inline is called without cuda_sources"
@@ -554,7 +676,7 @@ class _Analysis:
                 if isinstance(n, ast.Constant) and isinstance(n.value, str):
                     paths.append(n.value)
                 elif isinstance(n, ast.Name):
-                    paths.extend(self.resolve_strings(n) or [])
+                    paths.extend(self.resolve_strings(n, scopes, owner) or [])
         texts = [t for _, t in self._all_code_strings()]
         if self.backend == "cuda":
             if not any(p.endswith((".cu", ".cuh")) for p in paths):
@@ -571,7 +693,7 @@ class _Analysis:
     def _all_code_strings(self) -> list[tuple[int, str]]:
         """(line, text) of every string constant that is not a docstring."""
         out = []
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if (
                 isinstance(node, ast.Constant)
                 and isinstance(node.value, str)
@@ -587,6 +709,7 @@ class _Analysis:
             for pattern, check, what in (
                 (_CPP_STREAM, "extra_stream", "the C++/CUDA source uses {} (another stream)"),
                 (_CPP_THREAD, "threads", "the C++/CUDA source starts work with {}"),
+                (_CPP_TAMPER, "tampering", "the C++/CUDA source reaches into Python or loads code with {}"),
                 (_CPP_ATEN_COMPUTE, "torch_ops_in_extension", "the C++/CUDA source calls ATen op {}"),
             ):
                 for m in pattern.finditer(text):
@@ -594,7 +717,7 @@ class _Analysis:
                     self.found.add(check, what.format(token), line + text.count("\n", 0, m.start()))
 
     def check_imports_and_calls(self) -> None:
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self._check_module_import(a.name, node.lineno)
@@ -663,6 +786,8 @@ class _Analysis:
                 self.found.add("tampering", f"the source writes the environment with {full}", node.lineno)
         elif full == "sys.exit" or (isinstance(node.func, ast.Name) and d in {"exit", "quit"}):
             self.found.add("tampering", f"the source calls {full}", node.lineno)
+        elif isinstance(node.func, ast.Name) and d in _HIDING_CALLS:
+            self.found.add("tampering", f"the source calls {d} (code the checks cannot read)", node.lineno)
         elif full.startswith("os.environ.") and name in _ENV_MUTATORS:
             self.found.add("tampering", f"the source writes os.environ with {name}", node.lineno)
         elif d in {"setattr", "delattr"} and node.args:
@@ -696,6 +821,10 @@ class _Analysis:
                     f"the source assigns {_dotted(t) or t.attr} (an attribute of an imported module or object)",
                     line,
                 )
+        if isinstance(t, ast.Subscript) and self._is_namespace_of_import(t.value):
+            self.found.add(
+                "tampering", "the source writes the namespace of an imported module or object", line
+            )
         if isinstance(t, ast.Subscript):
             d = _dotted(t.value)
             if d is not None and self._full(d) == "os.environ":
@@ -703,12 +832,29 @@ class _Analysis:
             elif d is not None and self._full(d) == "sys.modules":
                 self.found.add("tampering", "the source writes sys.modules", line)
 
+    def _is_namespace_of_import(self, node: ast.expr) -> bool:
+        """``X.__dict__`` or ``vars(X)`` with X an imported module or object."""
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+            return _root_name(node.value) in self.imports
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "vars"
+            and node.args
+        ):
+            return _root_name(node.args[0]) in self.imports
+        return False
+
     def check_tensor_subclass_and_model(self) -> None:
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.ClassDef):
                 for base in node.bases:
                     d = _dotted(base)
-                    if d is not None and (self._full(d) == "torch.Tensor" or d.endswith(".Tensor")):
+                    full = self._full(d) if d is not None else ""
+                    if d is not None and (
+                        full in {"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"}
+                        or d.endswith(".Tensor")
+                    ):
                         self.found.add("tensor_subclass", f"class {node.name} derives from {d}", node.lineno)
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in {
                 "__torch_function__",
@@ -778,7 +924,7 @@ class _Analysis:
             ):
                 self.found.add("reference_fallback", "ModelNew calls super().forward", node.lineno)
         # try/except around a build call at module level
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Try | ast.TryStar) and any(
                 self._contains_build_call(s) for s in node.body
             ):
@@ -1062,11 +1208,21 @@ def check_source(src: str, backend: str) -> StaticReport:
         tree = ast.parse(src)
     except SyntaxError as e:
         where = f" (line {e.lineno})" if e.lineno else ""
-        return StaticReport(
-            rejections=(Finding("syntax_error", f"the Python does not parse: {e.msg}{where}."),),
-            flags=(),
-            kernel_names=(),
-        )
+        return _unreadable(f"the Python does not parse: {e.msg}{where}.")
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes; absurd nesting
+        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return _unreadable(f"the Python does not parse ({detail}).")
+    try:
+        return _analyse(tree, backend)
+    except RecursionError:
+        return _unreadable("the Python is nested too deeply to check.")
+
+
+def _unreadable(why: str) -> StaticReport:
+    return StaticReport(rejections=(Finding("syntax_error", why),), flags=(), kernel_names=())
+
+
+def _analyse(tree: ast.Module, backend: str) -> StaticReport:
     a = _Analysis(tree, backend)
     a.collect()
     a.check_custom_kernel()

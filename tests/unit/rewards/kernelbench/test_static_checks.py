@@ -416,3 +416,117 @@ def test_report_is_frozen_and_ok_follows_rejections() -> None:
     assert not StaticReport(rejections=(Finding("threads", "x."),), flags=(), kernel_names=()).ok
     with pytest.raises(AttributeError):
         clean.flags = ()  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------------------------------------
+# Source resolution: where honest candidates keep their CUDA text.
+
+KERNEL_TEXT = "__global__ void k(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] = 0.f; }"
+
+
+def built_with(setup: str, cuda_expr: str, forward: str = "return self.ext.k_launch(x)") -> str:
+    """A candidate that binds its CUDA text with ``setup`` (8-space indented, in ``__init__``)."""
+    return (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+        f"BLOCK = 256\nMODULE_TEXT = {KERNEL_TEXT!r}\n\n"
+        "class ModelNew(nn.Module):\n"
+        f"    CLASS_TEXT = {KERNEL_TEXT!r}\n\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        f"{setup}"
+        "        self.ext = load_inline(name='k', cpp_sources='void k_launch(torch::Tensor x);',\n"
+        f"                               cuda_sources={cuda_expr}, functions=['k_launch'])\n\n"
+        f"    def forward(self, x):\n        {forward}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("setup", "cuda_expr"),
+    [
+        (f"        src = {KERNEL_TEXT!r}\n", "src"),
+        ("        src = '#include <torch/extension.h>\\n'\n        src += MODULE_TEXT\n", "src"),
+        ("", "self.CLASS_TEXT"),
+        ("", "ModelNew.CLASS_TEXT"),
+        ("", "[MODULE_TEXT]"),
+        ("", "'\\n'.join(['#define BLOCK 256', MODULE_TEXT])"),
+        ("        tmpl = '#define BLOCK {block}\\n' + MODULE_TEXT\n", "tmpl.format(block=BLOCK)"),
+        ("", "f'#define BLOCK {BLOCK}\\n{MODULE_TEXT}'"),
+        ("", "'#define BLOCK %d\\n' % BLOCK + MODULE_TEXT"),
+        (f"        self.text = {KERNEL_TEXT!r}\n", "self.text"),
+    ],
+    ids=[
+        "local",
+        "local_augassign",
+        "self_class_attr",
+        "class_attr",
+        "list",
+        "join",
+        "format",
+        "fstring",
+        "percent",
+        "self_attr",
+    ],
+)
+def test_sources_resolved_from_where_honest_code_keeps_them(setup: str, cuda_expr: str) -> None:
+    report = check_source(built_with(setup, cuda_expr), "cuda")
+    assert report.rejections == (), report
+    assert report.kernel_names == ("k",)
+
+
+@pytest.mark.parametrize(
+    ("setup", "cuda_expr", "why"),
+    [
+        ("        src = open('k.cu').read()\n", "src", "cannot be resolved"),
+        ("", "f'{open(\"k.cu\").read()}'", "are empty"),
+        ("", "'\\n'.join(lines)", "cannot be resolved"),
+        ("        src = '#include <torch/extension.h>'\n", "src", "define no __global__ kernel"),
+    ],
+    ids=["file_read", "fstring_of_a_call", "join_of_unknown", "header_only"],
+)
+def test_unresolvable_or_kernel_free_sources_are_no_custom_kernel(
+    setup: str, cuda_expr: str, why: str
+) -> None:
+    report = check_source(built_with(setup, cuda_expr), "cuda")
+    (finding,) = report.rejections
+    assert finding.check == "no_custom_kernel" and why in finding.why
+
+
+@pytest.mark.parametrize(
+    ("src", "check"),
+    [
+        (prepend("code = 'import torch'\nexec(code)"), "tampering"),
+        (prepend("m = __import__('ctyp' + 'es')"), "tampering"),
+        (prepend("import torch\nvars(torch.cuda)['synchronize'] = print"), "tampering"),
+        (prepend("import time\ntime.__dict__['perf_counter'] = lambda: 0.0"), "tampering"),
+        (with_cuda('void p() { py::module_::import("torch.cuda").attr("synchronize") = 0; }'), "tampering"),
+        (with_cuda('void q() { void* h = dlopen("libx.so", 0); }'), "tampering"),
+        (with_cuda('void r() { std::system("true"); }'), "threads"),
+        (with_cuda("void s() { if (fork() == 0) { } }"), "threads"),
+        (prepend("import torch.nn as nn\nclass P(nn.Parameter):\n    pass"), "tensor_subclass"),
+        (prepend("import torch\nfrom torch import multiprocessing"), "threads"),
+        (prepend("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True"), "tampering"),
+    ],
+    ids=[
+        "exec",
+        "dunder_import",
+        "vars_write",
+        "dict_write",
+        "pybind_attr",
+        "dlopen",
+        "std_system",
+        "fork",
+        "parameter_subclass",
+        "torch_multiprocessing",
+        "tf32_switch",
+    ],
+)
+def test_more_hacks(src: str, check: str) -> None:
+    assert check in {f.check for f in check_source(src, "cuda").rejections}
+
+
+def test_pathological_sources_are_rejected_not_raised() -> None:
+    deep = "x = " + "-" * 200_000 + "1\n"
+    assert [f.check for f in check_source(deep, "cuda").rejections] == ["syntax_error"]
+    assert [f.check for f in check_source("x = 1\0\n", "cuda").rejections] == ["syntax_error"]
+    long_concat = "SRC = " + " + ".join([repr(KERNEL_TEXT)] + ["'\\n'"] * 150) + "\n"
+    src = built_with("", "SRC").replace("BLOCK = 256\n", "BLOCK = 256\n" + long_concat)
+    assert check_source(src, "cuda").ok
