@@ -64,8 +64,10 @@ Flags (allowed, reported with the result):
 
 * ``possible_cache`` - code reached from ``forward`` stores into ``self`` attributes or module
   globals (item or attribute assignment, ``append``/``update``/``setdefault``..., ``global``
-  rebinding) or is wrapped in ``functools.cache``/``lru_cache``. Caching results across calls is
-  only really caught at run time (fresh inputs per trial, correctness re-checked after timing).
+  rebinding) or is wrapped in ``functools.cache``/``lru_cache``; building the extension lazily
+  (a memoised builder, the built module kept on ``self`` or in a global) is not flagged. Caching
+  results across calls is only really caught at run time (fresh inputs per trial, correctness
+  re-checked after timing).
 * ``torch_ops_in_forward`` - PyTorch compute besides the kernel in code reached from ``forward``:
   ``torch.*`` functions other than allocation/shape/dtype helpers, ``torch.nn.functional``,
   calls of ``nn`` modules stored on ``self``, compute methods on tensors (``x.matmul``, ``x.sum``),
@@ -1089,7 +1091,12 @@ class _Analysis:
         return "." not in rest and rest not in _NN_NON_MODULES
 
     def _check_cache(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        for dec in fn.decorator_list:
+        """Stores that outlive the call. Building the extension lazily (a memoised builder, the
+        module kept on ``self`` or in a global) is the usual idiom, not a cache of results."""
+        if fn.name == "__init__":
+            return
+        builds = self._contains_build_call(fn)
+        for dec in [] if builds else fn.decorator_list:
             d = _dotted(dec.func if isinstance(dec, ast.Call) else dec) or ""
             if self._full(d) in {"functools.cache", "functools.lru_cache"}:
                 self.found.add("possible_cache", f"{fn.name} is memoised with {d}", fn.lineno)
@@ -1103,6 +1110,12 @@ class _Analysis:
                 targets = node.targets
             elif isinstance(node, ast.AugAssign | ast.AnnAssign):
                 targets = [node.target]
+            if (
+                isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+                and node.value is not None
+                and self._contains_build_call(node.value)
+            ):
+                continue
             for t in targets:
                 line = t.lineno
                 if isinstance(t, ast.Subscript):
@@ -1113,9 +1126,8 @@ class _Analysis:
                             f"{fn.name} stores an item into {_dotted(t.value) or root}",
                             line,
                         )
-                elif isinstance(t, ast.Attribute) and fn.name != "__init__":
-                    if _root_name(t) == "self":
-                        self.found.add("possible_cache", f"{fn.name} stores {_dotted(t)} on self", line)
+                elif isinstance(t, ast.Attribute) and _root_name(t) == "self":
+                    self.found.add("possible_cache", f"{fn.name} stores {_dotted(t)} on self", line)
                 elif isinstance(t, ast.Name) and t.id in global_names:
                     self.found.add("possible_cache", f"{fn.name} rebinds the global {t.id}", line)
             if (
@@ -1124,7 +1136,7 @@ class _Analysis:
                 and node.func.attr in _CONTAINER_MUTATORS
             ):
                 root = _root_name(node.func.value)
-                if (root == "self" and fn.name != "__init__") or (
+                if root == "self" or (
                     root in self.assigns and root not in self.imports and root not in self.kernel_ref_names
                 ):
                     self.found.add(

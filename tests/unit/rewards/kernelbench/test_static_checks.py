@@ -26,6 +26,8 @@ HONEST = [
     ("scale_shift_cpu", c.SCALE_CPP, "cpp", set(), ()),
     ("triton_add", c.TRITON_ADD, "triton", set(), ("add_kernel",)),
     ("gelu_autograd", c.GELU_AUTOGRAD_CUDA, "cuda", set(), ("gelu_fwd",)),
+    ("lazy_build", c.LAZY_BUILD_CUDA, "cuda", set(), ("square_kernel",)),
+    ("triton_softmax_autotune", c.TRITON_SOFTMAX_AUTOTUNE, "triton", set(), ("softmax_rows",)),
 ]
 
 
