@@ -193,7 +193,10 @@ _CPP_ATEN_COMPUTE = re.compile(
     r"\b(?:torch|at)::(matmul|mm|bmm|addmm|baddbmm|linear|conv\w*|relu|gelu|sigmoid|tanh|softmax|"
     r"log_softmax|layer_norm|batch_norm|group_norm|einsum|sum|mean|exp|max_pool\w*|avg_pool\w*)\s*\("
 )
-_CPP_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+# C++ string/char literals (kept) or comments (blanked): a "/*" inside a literal opens no comment
+_CPP_LITERAL_OR_COMMENT = re.compile(
+    r"(\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*')|(//[^\n]*|/\*.*?(?:\*/|\Z))", re.DOTALL
+)
 _GLOBAL = re.compile(r"\b__global__\b")
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
 _KERNEL_NAME = re.compile(r"[\s\w:\*&<>,\"]*?\b([A-Za-z_]\w*)\s*\(")
@@ -201,8 +204,12 @@ _CPP_FUNCTION_BODY = re.compile(r"\)\s*(?:const\s*)?\{")
 
 
 def _strip_cpp_comments(text: str) -> str:
-    """Comments blanked out but newlines kept, so offsets still give line numbers."""
-    return _CPP_COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    """Comments blanked out (string literals respected), newlines kept so offsets give lines."""
+
+    def blank(m: re.Match[str]) -> str:
+        return m.group(0) if m.group(1) is not None else re.sub(r"[^\n]", " ", m.group(0))
+
+    return _CPP_LITERAL_OR_COMMENT.sub(blank, text)
 
 
 def global_kernel_names(cuda_text: str) -> list[str]:

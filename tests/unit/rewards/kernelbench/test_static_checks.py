@@ -532,3 +532,9 @@ def test_pathological_sources_are_rejected_not_raised() -> None:
     long_concat = "SRC = " + " + ".join([repr(KERNEL_TEXT)] + ["'\\n'"] * 150) + "\n"
     src = built_with("", "SRC").replace("BLOCK = 256\n", "BLOCK = 256\n" + long_concat)
     assert check_source(src, "cuda").ok
+
+
+def test_comment_markers_inside_cpp_string_literals_hide_nothing() -> None:
+    src = with_cuda('const char* a = "/*";\nvoid bg() { std::thread([]{}).detach(); }\nconst char* b = "*/";')
+    assert "threads" in {f.check for f in check_source(src, "cuda").rejections}
+    assert global_kernel_names('const char* s = "//"; __global__ void k(int n) {}') == ["k"]
