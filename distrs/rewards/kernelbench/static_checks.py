@@ -36,12 +36,13 @@ Rejections (the candidate scores 0 at compile):
 * ``reference_fallback`` - ``ModelNew`` derives (directly or through module classes) from
   ``Model``, calls ``super().forward``, or uses ``Model`` in its code or in code its ``forward``
   reaches.
-* ``extra_stream`` - ``torch.cuda.Stream``/``stream``/``ExternalStream``/``set_stream`` in Python,
-  ``cudaStreamCreate*``, ``getStreamFromPool``, ``getStreamFromExternal``, ``setCurrentCUDAStream``
+* ``extra_stream`` - ``torch.cuda.Stream``/``stream``/``ExternalStream``/``set_stream`` (also
+  ``torch.Stream``, ``torch.cuda.streams.*``) in Python, ``cudaStreamCreate*``, ``cuStreamCreate*``,
+  ``getStreamFromPool``, ``getStreamFromExternal``, ``setCurrentCUDAStream``
   or ``cudaStreamPerThread`` in the C++/CUDA strings: work on a stream the timing events do not see.
 * ``threads`` - importing ``threading``, ``_thread``, ``multiprocessing`` (also torch's),
   ``concurrent``, ``asyncio``, ``subprocess``, ``pty``; ``os.fork``/``forkpty``/``system``/``popen``/
-  ``spawn*``/``exec*``/``posix_spawn*``; ``std::thread``, ``std::jthread``, ``std::async``,
+  ``spawn*``/``exec*``/``posix_spawn*``; ``torch.jit.fork``, ``torch.futures``; ``std::thread``, ``std::jthread``, ``std::async``,
   ``pthread_create``, ``fork``/``system``/``popen``/``exec*`` calls in C++: work that outlives the
   timed call. OpenMP regions join before returning and are allowed.
 * ``tampering`` - assigning to, deleting or ``setattr``/``delattr`` on attributes of any imported
@@ -50,15 +51,16 @@ Rejections (the candidate scores 0 at compile):
   ``inspect``, ``importlib``, ``signal``, ``atexit``, ``faulthandler``, ``builtins``; ``sys.modules``,
   ``sys._getframe``, ``__subclasses__``, ``__globals__``, ``__code__``, ``__builtins__``;
   ``os._exit``/``abort``/``kill``, ``sys.exit``, ``exit``/``quit`` calls; writes to ``os.environ``
-  (also ``putenv``/``unsetenv``); ``exec``/``eval``/``compile``/``__import__`` (code these checks
-  cannot read); writes through ``vars(m)``/``m.__dict__``; C++ that reaches back into Python
+  (also ``putenv``/``unsetenv``); ``exec``/``eval``/``compile``/``__import__``/``globals()``/
+  ``locals()`` (code and names these checks cannot read); writes through ``vars(m)``/``m.__dict__``
+  or ``object.__setattr__``; C++ that reaches back into Python
   (``py::module_::import``, ``.attr(...) =``, ``PyImport_*``, ``PyObject_SetAttr*``, ``PyRun_*``,
   ``PyEval_*``) or loads code (``dlopen``/``dlsym``). Limits: an honest candidate that sets
   ``TORCH_CUDA_ARCH_LIST`` (the build stage sets it) or ``torch.backends...allow_tf32`` (which
   would change the reference's numerics too) is rejected as well.
-* ``tensor_subclass`` - a class deriving from ``torch.Tensor`` or ``nn.Parameter``, defining
-  ``__torch_function__`` or ``__torch_dispatch__``, or ``_make_subclass``/``_make_wrapper_subclass``:
-  lazy or lying tensors.
+* ``tensor_subclass`` - a class deriving from ``torch.Tensor`` or ``nn.Parameter`` (also built with
+  ``type(name, bases, ns)``), defining ``__torch_function__`` or ``__torch_dispatch__``,
+  ``_make_subclass``/``_make_wrapper_subclass``, or assigning ``__class__``: lazy or lying tensors.
 
 Flags (allowed, reported with the result):
 
@@ -142,7 +144,9 @@ _TAMPER_MODULES = {"ctypes", "gc", "inspect", "importlib", "signal", "atexit", "
 _OS_THREAD_CALLS = {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp"}
 _OS_THREAD_PREFIXES = ("spawn", "exec")
 _OS_EXIT_CALLS = {"_exit", "abort", "kill", "killpg"}
-_HIDING_CALLS = {"exec", "eval", "compile", "__import__"}
+_HIDING_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals"}
+_TORCH_FORK = {"torch.jit.fork", "torch.jit._fork", "torch._C._jit_fork", "torch.futures"}
+_TENSOR_BASES = {"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 _TIMING_NAMES = {"elapsed_time", "perf_counter", "synchronize", "record"}
 _DUNDER_ESCAPES = {"__subclasses__", "__globals__", "__code__", "__builtins__"}
 _ENV_MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
@@ -178,7 +182,7 @@ _TENSOR_COMPUTE_METHODS = _words(
 _NN_NON_MODULES = {"Parameter", "Buffer", "ParameterList", "ParameterDict", "init", "functional"}
 
 _CPP_STREAM = re.compile(
-    r"\b(cudaStreamCreate\w*|getStreamFromPool|getStreamFromExternal|setCurrentCUDAStream|cudaStreamPerThread)\b"
+    r"\b(cudaStreamCreate\w*|cuStreamCreate\w*|getStreamFromPool|getStreamFromExternal|setCurrentCUDAStream|cudaStreamPerThread)\b"
 )
 _CPP_THREAD = re.compile(
     r"(std::j?thread\b|std::async\b|\bpthread_create\b|"
@@ -762,10 +766,22 @@ class _Analysis:
             self.found.add("tampering", f"the source imports {module}", line)
         elif module in {"os.fork", "os.system", "os.popen", "os.forkpty"}:
             self.found.add("threads", f"the source imports {module}", line)
-        elif module in {"os._exit", "sys.exit", "sys.modules", "os.environ", "sys._getframe"}:
+        elif module in {"os._exit", "sys.exit", "sys.modules", "sys._getframe"}:
             self.found.add("tampering", f"the source imports {module}", line)
-        elif module in {"torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.ExternalStream"}:
+        elif self._is_stream_api(module):
             self.found.add("extra_stream", f"the source imports {module}", line)
+        elif module in _TORCH_FORK:
+            self.found.add("threads", f"the source imports {module}", line)
+
+    @staticmethod
+    def _is_stream_api(full: str) -> bool:
+        """``torch[.cuda[.streams]].Stream``/``ExternalStream``, ``torch.cuda.stream``/``set_stream``."""
+        parts = full.split(".")
+        if parts[0] != "torch" or len(parts) < 2:
+            return False
+        if parts[-1] in {"Stream", "ExternalStream"}:
+            return True
+        return parts[-1] in {"stream", "set_stream"} and "cuda" in parts[1:-1]
 
     def _check_attribute(self, node: ast.Attribute) -> None:
         full = self._full(_dotted(node) or "")
@@ -775,10 +791,12 @@ class _Analysis:
             self.found.add("tampering", f"the source uses {full}", node.lineno)
         elif node.attr in {"_make_subclass", "_make_wrapper_subclass"}:
             self.found.add("tensor_subclass", f"the source calls {node.attr}", node.lineno)
-        elif node.attr in _STREAM_ATTRS and full in {f"torch.cuda.{a}" for a in _STREAM_ATTRS} | {
-            "torch.Stream"
-        }:
+        elif node.attr in _STREAM_ATTRS and self._is_stream_api(full):
             self.found.add("extra_stream", f"the source uses {full}", node.lineno)
+        elif full in _TORCH_FORK:
+            self.found.add("threads", f"the source uses {full}", node.lineno)
+        elif node.attr == "__class__" and isinstance(node.ctx, ast.Store):
+            self.found.add("tensor_subclass", "the source reassigns an object's __class__", node.lineno)
 
     def _check_call(self, node: ast.Call) -> None:
         d = _dotted(node.func)
@@ -799,7 +817,15 @@ class _Analysis:
             self.found.add("tampering", f"the source calls {d} (code the checks cannot read)", node.lineno)
         elif full.startswith("os.environ.") and name in _ENV_MUTATORS:
             self.found.add("tampering", f"the source writes os.environ with {name}", node.lineno)
-        elif d in {"setattr", "delattr"} and node.args:
+        elif d == "type" and len(node.args) == 3:
+            if any(
+                self._full(_dotted(b) or "") in _TENSOR_BASES
+                for b in (node.args[1].elts if isinstance(node.args[1], ast.Tuple | ast.List) else [])
+            ):
+                self.found.add(
+                    "tensor_subclass", "the source builds a torch.Tensor subclass with type()", node.lineno
+                )
+        elif (d in {"setattr", "delattr"} or name in {"__setattr__", "__delattr__"}) and node.args:
             obj = node.args[0]
             root = _root_name(obj)
             if root is not None and root in self.imports:
@@ -860,10 +886,7 @@ class _Analysis:
                 for base in node.bases:
                     d = _dotted(base)
                     full = self._full(d) if d is not None else ""
-                    if d is not None and (
-                        full in {"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"}
-                        or d.endswith(".Tensor")
-                    ):
+                    if d is not None and (full in _TENSOR_BASES or d.endswith(".Tensor")):
                         self.found.add("tensor_subclass", f"class {node.name} derives from {d}", node.lineno)
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in {
                 "__torch_function__",

@@ -506,6 +506,21 @@ def test_unresolvable_or_kernel_free_sources_are_no_custom_kernel(
         (prepend("import torch.nn as nn\nclass P(nn.Parameter):\n    pass"), "tensor_subclass"),
         (prepend("import torch\nfrom torch import multiprocessing"), "threads"),
         (prepend("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True"), "tampering"),
+        (prepend("g = globals()"), "tampering"),
+        (prepend("import torch\nobject.__setattr__(torch.cuda.Event, 'query', None)"), "tampering"),
+        (prepend("from torch.cuda.streams import Stream"), "extra_stream"),
+        (with_cuda("void t() { CUstream s; cuStreamCreate(&s, 0); }"), "extra_stream"),
+        (
+            with_forward(
+                "        fut = torch.jit.fork(self.ext.relu_cuda, x)\n        return torch.jit.wait(fut)"
+            ),
+            "threads",
+        ),
+        (prepend("import torch\nLazy = type('Lazy', (torch.Tensor,), {})"), "tensor_subclass"),
+        (
+            with_forward("        y = self.ext.relu_cuda(x)\n        y.__class__ = Spy\n        return y"),
+            "tensor_subclass",
+        ),
     ],
     ids=[
         "exec",
@@ -519,6 +534,13 @@ def test_unresolvable_or_kernel_free_sources_are_no_custom_kernel(
         "parameter_subclass",
         "torch_multiprocessing",
         "tf32_switch",
+        "globals",
+        "object_setattr",
+        "streams_module",
+        "driver_stream",
+        "jit_fork",
+        "type_built_subclass",
+        "class_reassigned",
     ],
 )
 def test_more_hacks(src: str, check: str) -> None:
