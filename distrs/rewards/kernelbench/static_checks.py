@@ -999,22 +999,39 @@ class _Analysis:
                 out.setdefault(node.args[1].value, []).append(node.args[2])
         return out
 
+    def _lineage(self, cls: ast.ClassDef) -> list[ast.ClassDef]:
+        """``cls`` and its module-level ancestors, nearest first."""
+        out = [cls]
+        for _, base in self._class_ancestry(cls):
+            if isinstance(base, ast.Name) and base.id in self.classes and self.classes[base.id] not in out:
+                out.append(self.classes[base.id])
+        return out
+
     def _walk_forward(self, cls: ast.ClassDef) -> None:
-        methods = {s.name: s for s in cls.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)}
-        forward = methods.get("forward")
-        if forward is None:
-            self.found.add("kernel_not_called", "ModelNew defines no forward method", cls.lineno)
-            return
         self_maps: dict[str, dict[str, list[ast.expr]]] = {}
         class_methods: dict[str, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
 
-        def cls_info(c: ast.ClassDef) -> tuple[dict[str, list[ast.expr]], dict[str, ast.AST]]:
+        def cls_info(
+            c: ast.ClassDef,
+        ) -> tuple[dict[str, list[ast.expr]], dict[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+            """``self`` attributes and methods of ``c``, inherited ones from module classes included."""
             if c.name not in self_maps:
-                self_maps[c.name] = self._self_assigns(c)
-                class_methods[c.name] = {
-                    s.name: s for s in c.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
-                }
-            return self_maps[c.name], class_methods[c.name]  # type: ignore[return-value]
+                assigns: dict[str, list[ast.expr]] = {}
+                methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+                for k in self._lineage(c):
+                    for attr, values in self._self_assigns(k).items():
+                        assigns.setdefault(attr, []).extend(values)
+                    for st in k.body:
+                        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
+                            methods.setdefault(st.name, st)
+                self_maps[c.name], class_methods[c.name] = assigns, methods
+            return self_maps[c.name], class_methods[c.name]
+
+        forward = cls_info(cls)[1].get("forward")
+        if forward is None:
+            self.found.add("kernel_not_called", "ModelNew defines no forward method", cls.lineno)
+            return
+        in_cls = {id(n) for n in ast.walk(cls)}  # try/except here was reported by the class-wide walk
 
         uses_kernel = False
         triton = self.backend == "triton"
@@ -1080,14 +1097,16 @@ class _Analysis:
                                     enqueue_name(n.id, n.lineno)
                 elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
                     enqueue_name(sub.id, sub.lineno)
-                elif isinstance(sub, ast.Try | ast.TryStar) and owner is not cls:
+                elif isinstance(sub, ast.Try | ast.TryStar) and id(sub) not in in_cls:
                     self.found.add(
                         "try_except_fallback",
                         "code reached from ModelNew.forward has a try/except",
                         sub.lineno,
                     )
                 elif (
-                    isinstance(sub, ast.With | ast.AsyncWith) and owner is not cls and self._is_suppress(sub)
+                    isinstance(sub, ast.With | ast.AsyncWith)
+                    and id(sub) not in in_cls
+                    and self._is_suppress(sub)
                 ):
                     self.found.add(
                         "try_except_fallback",

@@ -560,3 +560,20 @@ def test_comment_markers_inside_cpp_string_literals_hide_nothing() -> None:
     src = with_cuda('const char* a = "/*";\nvoid bg() { std::thread([]{}).detach(); }\nconst char* b = "*/";')
     assert "threads" in {f.check for f in check_source(src, "cuda").rejections}
     assert global_kernel_names('const char* s = "//"; __global__ void k(int n) {}') == ["k"]
+
+
+INHERITED = with_model(
+    "class Base(nn.Module):\n    def forward(self, x):\n        return self.ext.relu_cuda(x)\n\n"
+    "class ModelNew(Base):\n    def __init__(self):\n        super().__init__()\n        self.ext = relu_ext\n"
+)
+
+
+def test_forward_inherited_from_a_module_class_is_followed() -> None:
+    assert check_source(INHERITED, "cuda").ok
+    dropped = INHERITED.replace("return self.ext.relu_cuda(x)", "return x.relu()")
+    assert {f.check for f in check_source(dropped, "cuda").rejections} == {"kernel_not_called"}
+    guarded = INHERITED.replace(
+        "        return self.ext.relu_cuda(x)\n",
+        "        try:\n            return self.ext.relu_cuda(x)\n        except Exception:\n            return x.relu()\n",
+    )
+    assert {f.check for f in check_source(guarded, "cuda").rejections} == {"try_except_fallback"}
