@@ -17,7 +17,7 @@ system-deps:
 $(STAMP): pyproject.toml trainer_client/pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev]' -e ./trainer_client
+	$(PIP) install -q -e '.[dev,kernels]' -e ./trainer_client
 	@touch $(STAMP)
 
 install: system-deps $(STAMP)

@@ -17,7 +17,9 @@
   Kubernetes scale-down therefore never kills work (the chart's grace period ≥ stage timeout).
 * A handler exception, or a reward type this worker cannot serve (e.g. ``cuda`` on a worker with
   no GPU), ends the request ``internal_error`` with the reason: never blamed on the model.
-* Readiness is the conjunction of the handlers' ``ready()`` for the reward types it serves.
+* Readiness is the conjunction of the handlers' ``ready()`` for the reward types it serves; left
+  to serve every type of its stage, it skips those whose optional extra is not installed
+  (``core/extras.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distrs.core.bundles import bundle_size
+from distrs.core.extras import missing_extra
 from distrs.core.model import Status
 from distrs.core.stages import PipelineTable
 from distrs.rewards.base import StageHandler, StageInput, StageOutput
@@ -83,7 +86,13 @@ class Worker:
         self.table = table
         self.worker_id = worker_id or default_worker_id()
         serving = [t for t, rt in table.reward_types.items() if stage in rt.stages]
-        self.reward_types = [t for t in (reward_types or serving) if t in serving]
+        if reward_types is None:  # every type of the stage, less those whose optional extra is missing
+            for t in serving:
+                why = missing_extra(t)
+                if why is not None:
+                    log.info("worker does not serve %r: %s", t, why)
+            reward_types = [t for t in serving if missing_extra(t) is None]
+        self.reward_types = [t for t in reward_types if t in serving]
         self.wait_s = wait_s
         self.heartbeat_s = heartbeat_s
         self.clock = clock

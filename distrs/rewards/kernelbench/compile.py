@@ -24,6 +24,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -38,12 +40,14 @@ from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
 from distrs.rewards.kernelbench.jailed import ChildGone, ChildTimeout, JailedChild
 from distrs.rewards.kernelbench.module_cache import BuildError, Built, ModuleCache
 from distrs.rewards.kernelbench.payload import KernelPayload, parse_payload
+from distrs.rewards.kernelbench.pch import GCH_MAX_BYTES, PchStore
 from distrs.rewards.kernelbench.settings import KernelSettings, kernel_settings
 from distrs.rewards.kernelbench.static_checks import StaticReport, check_source
 from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts, readiness, toolchain_key
 from distrs.sandbox import Limits, MemoryKind, Sandbox, SandboxError
 from distrs.sandbox import readiness as sandbox_readiness
 
+log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 MODULES = "kernel_modules"
 MAX_BUILD_CALLS = 8
@@ -89,6 +93,7 @@ class CompileHandler:
         self._modules = ModuleCache(self._settings.cache_mb * MiB, self._settings.cache_dir)
         self._results = CompileCache(self._settings.cache_mb * MiB)
         self.builds = 0  # clean builds started by this handler (tests and metrics read it)
+        self._pch: PchStore | None = None
 
     @property
     def sandbox(self) -> Sandbox:
@@ -102,6 +107,42 @@ class CompileHandler:
 
     def _toolchain(self) -> str:
         return toolchain_key(self._settings.model_dump_json())
+
+    def pch(self) -> PchStore | None:
+        """The precompiled headers of this handler (None where turned off)."""
+        if not self._settings.pch:
+            return None
+        if self._pch is None:
+            root = os.path.join(self._settings.cache_dir, "pch") if self._settings.cache_dir else ""
+            self._pch = PchStore(root, self._toolchain(), self._precompile)
+        return self._pch
+
+    def _precompile(self, extra_cflags: list[str], out: Path) -> bool:
+        """Make the precompiled header in a jail and copy it to ``out`` (see ``pch.py``)."""
+        exe, _ = interpreter(self._settings.python)
+        with self.sandbox.session(disk_bytes=GCH_MAX_BYTES + 256 * MiB) as s:
+            s.write_file("builder_child.py", (HERE / "builder_child.py").read_bytes())
+            r = s.run(
+                [exe, "-I", "-B", "builder_child.py", "--pch"],
+                limits=build_limits(self._settings, 1800.0),
+                stdin=json.dumps(extra_cflags).encode(),
+                env=jail_env(self._settings, build=True),
+                mounts=jail_mounts(self._settings),
+            )
+            last = _last_json(r.stdout)
+            if not last.get("ok"):
+                log.warning(
+                    "precompiling torch/extension.h failed: %s",
+                    str(last.get("message", r.describe()))[-2000:],
+                )
+                return False
+            for name in ("extension.h", "extension.h.gch"):
+                data = s.read_file(name, GCH_MAX_BYTES)
+                if data is None:
+                    return False
+                (out / "torch").mkdir(exist_ok=True)
+                (out / "torch" / name).write_bytes(data)
+        return True
 
     def run(self, inp: StageInput) -> StageOutput:
         try:
@@ -291,3 +332,12 @@ class CompileHandler:
 
 class BuildTimeout(Exception):
     pass
+
+
+def _last_json(stdout: bytes) -> dict[str, Any]:
+    """The JSON object on a child's last stdout line ({} where there is none)."""
+    try:
+        last = json.loads(stdout.decode(errors="replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+    return last if isinstance(last, dict) else {}

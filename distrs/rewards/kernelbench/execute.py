@@ -46,7 +46,7 @@ from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.cuda import gpu_devices, gpu_mounts
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import InvalidPayload, MiB, shared_sandbox, stage_budget
-from distrs.rewards.kernelbench.compare import BadTensors, compare, decode
+from distrs.rewards.kernelbench.compare import BadTensors, compare, decode, digest, digest_matches
 from distrs.rewards.kernelbench.compile import MODULES
 from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
 from distrs.rewards.kernelbench.jailed import ChildGone, ChildTimeout, JailedChild
@@ -402,7 +402,7 @@ class Judge:
             cand_calls.append(cc)
             self.check_digest(k, cr, rr)
             if k in spot:
-                self.spot_check(k)
+                self.spot_check(k, cr, ab)
         threads_cand = self._cand({"cmd": "threads"})[0].get("threads")
         if isinstance(threads_ref, int) and isinstance(threads_cand, int) and threads_cand > threads_ref > 0:
             raise CandidateFault(
@@ -438,7 +438,7 @@ class Judge:
                 hack="timed_output_mismatch",
             )
 
-    def spot_check(self, k: int) -> None:
+    def spot_check(self, k: int, timed: dict[str, Any], ab: tuple[int, int]) -> None:
         """The full outputs of a timed call: its digest must be theirs, and they must match."""
         ref_reply, ref_blob = self._ref({"cmd": "output"})
         cand_reply, cand_blob = self._cand({"cmd": "output"})
@@ -447,6 +447,12 @@ class Judge:
             ref_out = decode(ref_reply.get("tensors"), ref_blob)
         except BadTensors as e:
             raise CandidateFault(Status.WRONG_ANSWER, f"timed call {k}: outputs unreadable: {e}") from None
+        if not digest_matches(digest(cand_out, ab[0], ab[1], DIGEST_PRIME), timed.get("digest"), cand_out):
+            raise CandidateFault(
+                Status.WRONG_ANSWER,
+                f"timed call {k}: the digest it reported is not the digest of its outputs",
+                hack="forged_digest",
+            )
         c = compare(ref_out, cand_out, self.p.atol, self.p.rtol)
         if not c.ok:
             raise CandidateFault(

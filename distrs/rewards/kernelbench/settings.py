@@ -44,6 +44,11 @@ class KernelSettings(BaseSettings):
         description="Directory of a content-addressed build cache shared by compile workers (a volume); "
         "empty = memory only.",
     )
+    pch: bool = Field(
+        default=True,
+        description="Precompile torch/extension.h per set of extra C++ flags (in the background, once) and "
+        "let builds use it; g++ ignores a header that does not match, so modules are the same either way.",
+    )
     execute_memory_mb: int = Field(default=16384, gt=0, description="Writable memory of one judging process.")
     device: str = Field(
         default="cuda",

@@ -5,12 +5,13 @@ A judging process reports its own measurement of each timed call (CUDA events, o
 (command written to reply read, on its own clock: *outer*), which also covers the digest of
 the outputs and a device-wide synchronisation. For an honest call, outer - inner is the round
 trip alone; the reference (whose code is the task's, not the policy's) calibrates it per
-request: its median and 90th percentile.
+request: the median of its gaps and their spread.
 
 The candidate is charged its inner times, as KernelBench reports them, unless its calls'
-median gap exceeds the reference's 90th percentile by more than a margin: then work ran outside
-its own measurement (another stream, a thread, patched timers), and every call is charged its
-outer time less the reference's median gap. A reading that is negative or longer than the
+median gap exceeds the reference's median gap by more than a margin (the larger of 50 us, a
+tenth of its inner time and twice the spread of the reference's gaps, their interquartile
+range): then work ran outside its own measurement (another stream, a thread, patched timers),
+and every call is charged its outer time less the reference's median gap. A reading that is negative or longer than the
 outer time is void and charged the same way. The decision is per request, so honest kernels
 carry no bias from the host's clock jitter.
 """
@@ -51,12 +52,12 @@ class Charged:
 def charge(ref: list[Call], cand: list[Call]) -> Charged:
     """Per-call times of both sides (see the module docstring)."""
     gaps = [c.gap_ms for c in ref if c.valid] or [0.0]
-    median, high = statistics.median(gaps), _quantile(gaps, 0.9)
+    median, spread = statistics.median(gaps), _quantile(gaps, 0.75) - _quantile(gaps, 0.25)
     ref_ms = [c.inner_ms if c.valid else max(0.0, c.outer_ms - median) for c in ref]
     inner = [c.inner_ms for c in cand if c.valid]
-    margin = max(0.05, 0.1 * statistics.median(inner)) if inner else 0.05
+    margin = max(0.05, 0.1 * statistics.median(inner) if inner else 0.0, 2.0 * spread)
     cand_gap = statistics.median(c.gap_ms if c.valid else float("inf") for c in cand) if cand else 0.0
-    hidden = cand_gap > high + margin
+    hidden = cand_gap > median + margin
     cand_ms = [
         c.inner_ms if c.valid and not hidden else max(c.inner_ms if c.valid else 0.0, c.outer_ms - median)
         for c in cand
