@@ -122,6 +122,8 @@ def worker(
     types = [t.strip() for t in s.reward_types.split(",")] if s.reward_types else None
     table = load_pipelines(s.pipelines_file)
 
+    gpu, metrics = _gpu_guard(s, table)
+
     def make(worker_id: str | None) -> Worker:
         return Worker(
             s.stage,
@@ -133,6 +135,8 @@ def worker(
             heartbeat_s=s.heartbeat_s,
             max_bundle=s.max_bundle,
             bundle_target_s=s.bundle_target_s,
+            gpu=gpu,
+            metrics=metrics,
         )
 
     if threads > 1 or control_stdin:
@@ -149,11 +153,35 @@ def worker(
     signal.signal(signal.SIGTERM, lambda *_: w.request_drain())
     signal.signal(signal.SIGINT, lambda *_: w.request_drain())
     if s.health_port is not None:
-        serve_health(s.health_port, w.readiness)
+        serve_health(s.health_port, w.readiness, registry=metrics.registry if metrics else None)
     if once:
         w.run_once()
         return
     w.run()
+
+
+def _gpu_guard(s: Any, table: Any, dev: str = "/dev") -> tuple[Any, Any]:
+    """The GPU health guard and worker metrics of a GPU stage's worker on a machine with a GPU
+    device node; (None, None) elsewhere (CPU stages, GPU stages run without a GPU for tests)."""
+    from distrs.core.stages import ResourceClass
+    from distrs.rewards.cuda import gpu_devices
+
+    spec = table.stages.get(s.stage)
+    if spec is None or spec.resource is not ResourceClass.GPU or not gpu_devices(dev) or not s.gpu_health:
+        return None, None
+    from distrs.metrics import WorkerMetrics
+    from distrs.worker.gpu_health import GpuGuard, HealthLimits, SubprocessProbe
+    from distrs.worker.nvml import PyNvml, select_gpu
+
+    nvml, selector = PyNvml(), select_gpu()
+    metrics = WorkerMetrics(gpu_read=lambda: [nvml.read(selector)])
+
+    def record(ev: Any) -> None:
+        metrics.gpu_health_checks.labels(ev.trigger, "healthy" if ev.ok else "sick").inc()
+        metrics.gpu_healthy.set(1 if ev.ok else 0)
+
+    limits = HealthLimits(s.gpu_other_memory_mb << 20, s.gpu_probe_timeout_s, s.gpu_recheck_s)
+    return GpuGuard(nvml, SubprocessProbe(), selector, limits, on_check=record), metrics
 
 
 @app.command()
