@@ -37,6 +37,10 @@ def up(
     ] = None,
     policy: Annotated[str, typer.Option(help="Scaling policy: distrs | history | static.")] = "distrs",
     max_workers: Annotated[int, typer.Option(help="Most local workers per stage.")] = 32,
+    gpu_health_port: Annotated[
+        int | None,
+        typer.Option(help="Serve the GPU stages' /readyz and /metrics from this port on (one per stage)."),
+    ] = None,
     log_level: LogLevel = "info",
 ) -> None:
     """Run proxy, planner and local workers on this machine; Ctrl-C drains and stops."""
@@ -51,6 +55,7 @@ def up(
         pipelines_file=config,
         policy=policy,
         max_workers=max_workers,
+        gpu_health_port=gpu_health_port,
     )
 
 
@@ -143,10 +148,12 @@ def worker(
         from distrs.worker.host import run_host
 
         prefix = s.worker_id
+        port, registry = s.health_port, metrics.registry if metrics else None
         run_host(
             lambda wid: make(f"{prefix}-{wid}" if prefix else wid),
             threads if not control_stdin else 0,
             sys.stdin if control_stdin else None,
+            on_start=None if port is None else lambda h: serve_health(port, h.readiness, registry=registry),
         )
         return
     w = make(s.worker_id)

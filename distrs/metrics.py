@@ -3,7 +3,8 @@
 ``Metrics`` builds its collectors in a registry it is given (no import-time globals), so tests
 and several apps in one process never collide. Names follow Prometheus conventions: base units
 (seconds), ``_total`` for counters. The Grafana dashboard (deploy/helm/distrs/dashboards) queries
-exactly these names.
+exactly these names. ``WorkerMetrics`` is a worker's own registry (its health port's /metrics):
+GPU-seconds per request, GPU health checks and per-GPU gauges read from NVML at scrape time.
 
 Task labels: by default the ``task`` label of every metric is ``all`` (values of all tasks summed
 up), so a scrape names no tenant and no task; with ``tenant_labels`` (``DISTRS_METRICS_TENANT_LABELS``)
