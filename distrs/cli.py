@@ -172,6 +172,7 @@ def _gpu_guard(s: Any, table: Any, dev: str = "/dev") -> tuple[Any, Any]:
     device node; (None, None) elsewhere (CPU stages, GPU stages run without a GPU for tests)."""
     from distrs.core.stages import ResourceClass
     from distrs.rewards.cuda import gpu_devices
+    from distrs.rewards.gpu_env import gpu_sharing
 
     spec = table.stages.get(s.stage)
     if spec is None or spec.resource is not ResourceClass.GPU or not gpu_devices(dev) or not s.gpu_health:
@@ -187,7 +188,9 @@ def _gpu_guard(s: Any, table: Any, dev: str = "/dev") -> tuple[Any, Any]:
         metrics.gpu_health_checks.labels(ev.trigger, "healthy" if ev.ok else "sick").inc()
         metrics.gpu_healthy.set(1 if ev.ok else 0)
 
-    limits = HealthLimits(s.gpu_other_memory_mb << 20, s.gpu_probe_timeout_s, s.gpu_recheck_s)
+    # On a time-sliced GPU other pods' processes are expected: only the other rules apply there.
+    other_mb = s.gpu_other_memory_mb if gpu_sharing() != "time-sliced" else 1 << 40
+    limits = HealthLimits(other_mb << 20, s.gpu_probe_timeout_s, s.gpu_recheck_s)
     return GpuGuard(nvml, SubprocessProbe(), selector, limits, on_check=record), metrics
 
 

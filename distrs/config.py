@@ -153,6 +153,15 @@ class WorkerSettings(_Base):
     )
     gpu_probe_timeout_s: float = Field(30.0, gt=0, description="Time limit of the GPU test kernel.")
     gpu_recheck_s: float = Field(60.0, gt=0, description="Period of re-checks of a sick GPU.")
+    gpu_sharing: Literal["", "exclusive", "mig", "time-sliced"] = Field(
+        "",
+        description="How this worker's GPU is shared (results are flagged for mig and time-sliced); "
+        "empty: mig for a nvidia.com/mig-* resource or a MIG- device, else exclusive.",
+    )
+    gpu_resource: str = Field(
+        "",
+        description="The extended resource the pod got its GPU as (nvidia.com/gpu, nvidia.com/mig-1g.10gb).",
+    )
     pipelines_file: str | None = Field(None, description="YAML overriding the built-in stages/types.")
 
     def read_token(self) -> str | None:
