@@ -41,6 +41,12 @@ def up(
         int | None,
         typer.Option(help="Serve the GPU stages' /readyz and /metrics from this port on (one per stage)."),
     ] = None,
+    gpu_workers: Annotated[
+        int | None, typer.Option(help="Most local workers per GPU stage (default: --max-workers).")
+    ] = None,
+    worker_log_dir: Annotated[
+        str | None, typer.Option(help="Write each worker host's log into this folder.")
+    ] = None,
     log_level: LogLevel = "info",
 ) -> None:
     """Run proxy, planner and local workers on this machine; Ctrl-C drains and stops."""
@@ -56,6 +62,8 @@ def up(
         policy=policy,
         max_workers=max_workers,
         gpu_health_port=gpu_health_port,
+        gpu_stage_cap=gpu_workers,
+        worker_log_dir=worker_log_dir,
     )
 
 
