@@ -25,14 +25,14 @@ PTX = b"""
 .target sm_50
 .address_size 64
 
-.visible .entry probe(.param .u64 out, .param .u32 n)
+.visible .entry probe(.param .u64 probe_out, .param .u32 probe_n)
 {
     .reg .pred %p<2>;
     .reg .b32 %r<8>;
     .reg .b64 %rd<5>;
 
-    ld.param.u64 %rd1, [out];
-    ld.param.u32 %r1, [n];
+    ld.param.u64 %rd1, [probe_out];
+    ld.param.u32 %r1, [probe_n];
     mov.u32 %r2, %ctaid.x;
     mov.u32 %r3, %ntid.x;
     mov.u32 %r4, %tid.x;
@@ -76,8 +76,10 @@ def run_kernel(lib: str = "libcuda.so.1") -> list[int]:
     dptr = ctypes.c_uint64()
     _check(cuda, "cuInit", cuda.cuInit(0))
     _check(cuda, "cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(dev), 0))
-    _check(cuda, "cuCtxCreate", cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev))
+    # The device's primary context, as the CUDA runtime (and so every cuda-type program) uses it.
+    _check(cuda, "cuDevicePrimaryCtxRetain", cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
     try:
+        _check(cuda, "cuCtxSetCurrent", cuda.cuCtxSetCurrent(ctx))
         _check(cuda, "cuModuleLoadData", cuda.cuModuleLoadData(ctypes.byref(mod), PTX))
         _check(cuda, "cuModuleGetFunction", cuda.cuModuleGetFunction(ctypes.byref(fn), mod, b"probe"))
         _check(cuda, "cuMemAlloc", cuda.cuMemAlloc_v2(ctypes.byref(dptr), ctypes.c_size_t(N * 4)))
@@ -97,7 +99,7 @@ def run_kernel(lib: str = "libcuda.so.1") -> list[int]:
         _check(cuda, "cuMemFree", cuda.cuMemFree_v2(dptr))
         return list(host)
     finally:
-        cuda.cuCtxDestroy_v2(ctx)
+        cuda.cuDevicePrimaryCtxRelease_v2(dev)
 
 
 def main() -> int:
