@@ -72,7 +72,9 @@ install_python() {
       note "python packages from $CACHE/wheels without dependency resolution (it failed)"
     fi
   else
-    "${pip[@]}" -e '.[dev]' -e ./trainer_client || return 1
+    # Runtime dependencies and the pytest plugins the GPU tier uses; not the dev tools (linters,
+    # chart schemas), which no GPU test needs.
+    "${pip[@]}" -e . -e ./trainer_client 'pytest>=8.2' 'pytest-asyncio>=0.23' 'pytest-timeout>=2.3' || return 1
     note "python packages from PyPI"
   fi
   touch .venv/.installed # make test-gpu then uses this environment as it is
