@@ -190,7 +190,7 @@ def _gpu_guard(s: Any, table: Any, dev: str = "/dev") -> tuple[Any, Any]:
     from distrs.worker.nvml import PyNvml, select_gpu
 
     nvml, selector = PyNvml(), select_gpu()
-    metrics = WorkerMetrics(gpu_read=lambda: [nvml.read(selector)])
+    metrics = WorkerMetrics(gpu_read=lambda: [nvml.read(selector, consume_xids=False)])
 
     def record(ev: Any) -> None:
         metrics.gpu_health_checks.labels(ev.trigger, "healthy" if ev.ok else "sick").inc()

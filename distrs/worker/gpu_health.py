@@ -248,7 +248,8 @@ class GpuGuard:
         self.clock = clock
         self.own_pids = own_pids
         self.on_check = on_check
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the state: held for moments only (``/readyz`` reads it)
+        self._checking = threading.Lock()  # one check at a time: held for a whole check
         self._s = _State()
 
     # state -----------------------------------------------------------------------------------
@@ -269,17 +270,19 @@ class GpuGuard:
 
     def maybe_check(self) -> HealthEvent | None:
         """Run the check that is due (first, after a CUDA error, or a sick GPU's re-check)."""
-        with self._lock:
-            trigger = check_due(self.clock(), self._s.last, self._s.flagged, self.limits.recheck_s)
+        with self._checking:
+            with self._lock:
+                trigger = check_due(self.clock(), self._s.last, self._s.flagged, self.limits.recheck_s)
             if trigger is None:
                 return None
             return self._check(trigger)
 
     def check(self, trigger: str = "manual") -> HealthEvent:
-        with self._lock:
+        with self._checking:
             return self._check(trigger)
 
     def _check(self, trigger: str) -> HealthEvent:
+        """One check (the caller holds ``_checking``); the state is updated at the end."""
         gpu = self.selector or "0"
         probe_s = None
         try:
@@ -294,21 +297,22 @@ class GpuGuard:
             if not pr.ok:
                 problems.append(Problem("probe", f"test kernel failed: {pr.error}"))
         kinds = frozenset(p.kind for p in problems)
-        if problems and kinds != self._s.kinds:  # same sickness, same words: one log line
-            self._s.reason = f"GPU {gpu} unhealthy: " + "; ".join(p.message for p in problems)
-        self._s.kinds = kinds
-        ev = HealthEvent(
-            self.clock(),
-            trigger,
-            not problems,
-            self._s.reason if problems else "",
-            tuple(problems),
-            probe_s,
-            gpu,
-        )
-        self._s.last = ev
-        self._s.flagged = False
-        self._s.events.append(ev)
+        with self._lock:
+            if problems and kinds != self._s.kinds:  # same sickness, same words: one log line
+                self._s.reason = f"GPU {gpu} unhealthy: " + "; ".join(p.message for p in problems)
+            self._s.kinds = kinds
+            ev = HealthEvent(
+                self.clock(),
+                trigger,
+                not problems,
+                self._s.reason if problems else "",
+                tuple(problems),
+                probe_s,
+                gpu,
+            )
+            self._s.last = ev
+            self._s.flagged = False
+            self._s.events.append(ev)
         if self.on_check is not None:
             self.on_check(ev)
         return ev
@@ -320,7 +324,8 @@ class GpuGuard:
         if not cuda_error_in(out):
             return out
         with self._lock:
-            self._s.flagged = True
+            self._s.flagged = True  # not ready until the check below has spoken
+        with self._checking:
             ev = self._check("cuda_error")
         if ev.ok:
             return out

@@ -51,14 +51,16 @@ class GpuState:
     ecc_uncorrected: int | None = None  # volatile count since the last driver load
     retirement_pending: bool | None = None  # page retirement or row remap waiting for a reset
     remap_failed: bool | None = None  # a row remap failed: the GPU needs servicing
-    xids: tuple[int, ...] = field(default_factory=tuple)  # critical Xid events since last read
+    xids: tuple[int, ...] = field(default_factory=tuple)  # critical Xids since the last consuming read
     xids_readable: bool = False
 
 
 class Nvml(Protocol):
-    """Reads the state of the GPU named by ``selector`` (see ``select_gpu``)."""
+    """Reads the state of the GPU named by ``selector`` (see ``select_gpu``). The Xid events
+    raised since the last read with ``consume_xids`` come with each reading; only the health
+    check consumes them (a metrics scrape must not make it miss one)."""
 
-    def read(self, selector: str | None) -> GpuState: ...
+    def read(self, selector: str | None, consume_xids: bool = True) -> GpuState: ...
 
     def driver_version(self) -> str | None: ...
 
@@ -82,8 +84,8 @@ class PyNvml:
     """``Nvml`` over ``nvidia-ml-py``. ``lib`` is the ``pynvml`` module (injectable for tests).
 
     NVML is initialised on first use (a failure is an ``NvmlError`` naming the cause); the
-    handle and the Xid event set of each selector are kept, so each ``read`` drains the Xid
-    events raised since the previous one."""
+    handle and the Xid event set of each selector are kept; each ``read`` drains the events NVML
+    queued into a pending list, which a consuming read returns and empties."""
 
     def __init__(self, lib: ModuleType | Any | None = None) -> None:
         self._lib = lib
@@ -91,6 +93,7 @@ class PyNvml:
         self._started = False
         self._handles: dict[str | None, Any] = {}
         self._events: dict[str | None, Any] = {}
+        self._xids: dict[str | None, list[int]] = {}
 
     def _nvml(self) -> Any:
         if self._lib is None:
@@ -128,7 +131,7 @@ class PyNvml:
             return lib.nvmlDeviceGetHandleByIndex(int(selector)), int(selector)
         return lib.nvmlDeviceGetHandleByUUID(selector.encode()), 0
 
-    def read(self, selector: str | None) -> GpuState:
+    def read(self, selector: str | None, consume_xids: bool = True) -> GpuState:
         with self._lock:
             lib = self._nvml()
             try:
@@ -136,7 +139,11 @@ class PyNvml:
                     self._handles[selector] = self._handle(lib, selector)
                     self._events[selector] = self._register_xids(lib, self._handles[selector][0])
                 handle, index = self._handles[selector]
-                return self._read(lib, handle, index, self._events[selector])
+                pending = self._xids.setdefault(selector, [])
+                state = self._read(lib, handle, index, self._events[selector], pending)
+                if consume_xids:
+                    pending.clear()
+                return state
             except lib.NVMLError as exc:
                 self._handles.pop(selector, None)  # e.g. GPU lost: look it up afresh next time
                 raise NvmlError(f"cannot read GPU {selector or 0}: {exc}") from exc
@@ -150,7 +157,7 @@ class PyNvml:
         except lib.NVMLError:  # not supported (MIG slices, some containers): Xids unreadable
             return None
 
-    def _read(self, lib: Any, h: Any, index: int, events: Any) -> GpuState:
+    def _read(self, lib: Any, h: Any, index: int, events: Any, xids: list[int]) -> GpuState:
         def opt(fn: Callable[[], T]) -> T | None:
             try:
                 return fn()
@@ -169,7 +176,6 @@ class PyNvml:
         pending: bool | None = None
         if rows is not None or pages is not None:
             pending = bool(rows is not None and rows[2]) or (pages == lib.NVML_FEATURE_ENABLED)
-        xids: list[int] = []
         if events is not None:
             while True:
                 try:

@@ -308,3 +308,27 @@ def test_cli_guards_gpu_stages_only_where_a_gpu_device_exists(tmp_path: Path) ->
         == 1.0
     )
     assert metrics.registry.get_sample_value("distrs_gpu_healthy") == 1.0
+
+
+def test_readyz_answers_at_once_while_a_check_runs() -> None:
+    """A slow test kernel (up to probe_timeout_s) must not hold /readyz: it reads the last verdict."""
+    started, release = threading.Event(), threading.Event()
+
+    class SlowProbe:
+        def __call__(self, timeout_s: float) -> ProbeResult:
+            started.set()
+            release.wait(5)
+            return ProbeResult(True, 2.0)
+
+    g = GpuGuard(FakeNvml(), SlowProbe(), None, LIMITS, clock=Clock(), own_pids=lambda: {10})
+    t = threading.Thread(target=g.maybe_check)
+    t.start()
+    assert started.wait(5)
+    answered = []
+    r = threading.Thread(target=lambda: answered.append(g.ready()))
+    r.start()
+    r.join(1)
+    assert answered == [(False, "GPU not checked yet")]  # answered while the kernel still runs
+    release.set()
+    t.join(5)
+    assert g.ready() == (True, "")

@@ -33,6 +33,16 @@ def test_xids_are_read_once() -> None:
     assert nvml.read(None).xids == (48,)
 
 
+def test_a_scrape_does_not_eat_the_health_checks_xids() -> None:
+    d = FakeDevice(UUID, xids=[79])
+    nvml = PyNvml(fake_pynvml(d))
+    assert nvml.read(None, consume_xids=False).xids == (79,)  # a metrics scrape sees it ...
+    d.xids.append(48)
+    assert nvml.read(None, consume_xids=False).xids == (79, 48)
+    assert nvml.read(None).xids == (79, 48)  # ... and the health check still gets both
+    assert nvml.read(None).xids == ()
+
+
 def test_mig_slice_gives_what_it_has() -> None:
     d = FakeDevice(
         MIG,
