@@ -97,3 +97,12 @@ def test_cuda_execute_result_carries_the_flags(
     out = h.run(inp)
     assert out.status is Status.OK and out.detail["speedup"] == pytest.approx(2.0, rel=0.5)
     assert [f["flag"] for f in out.detail["flags"]] == flags
+
+
+def test_mig_slice_jail_gets_the_capability_nodes(tmp_path: Path) -> None:
+    """A MIG slice is opened through /dev/nvidia-caps: the jail must see those nodes too."""
+    from distrs.rewards.cuda import gpu_mounts
+
+    dev = fake_dev(tmp_path, mig_caps=True)
+    m = gpu_mounts(str(dev))
+    assert f"{dev}/nvidia-caps/nvidia-cap1" in m.dev_paths and f"{dev}/nvidia0" in m.dev_paths
