@@ -17,8 +17,11 @@
   Kubernetes scale-down therefore never kills work (the chart's grace period ≥ stage timeout).
 * A handler exception, or a reward type this worker cannot serve (e.g. ``cuda`` on a worker with
   no GPU), ends the request ``internal_error`` with the reason: never blamed on the model.
-* Readiness is the conjunction of the handlers' ``ready()`` for the reward types it serves; left
-  to serve every type of its stage, it skips those whose optional extra is not installed
+* Readiness is the conjunction of the handlers' ``ready()`` for the reward types it serves and,
+  on a GPU worker, of the GPU's health (``worker.gpu_health``): checked before the first lease and
+  after any request that met a CUDA error, whose result becomes ``internal_error`` when the check
+  finds the GPU at fault. Each request's run time there is counted as GPU-seconds. Left to serve
+  every type of its stage, a worker skips those whose optional extra is not installed
   (``core/extras.py``).
 """
 
@@ -37,8 +40,10 @@ from distrs.core.bundles import bundle_size
 from distrs.core.extras import missing_extra
 from distrs.core.model import Status
 from distrs.core.stages import PipelineTable
+from distrs.metrics import WorkerMetrics
 from distrs.rewards.base import StageHandler, StageInput, StageOutput
 from distrs.rewards.registry import get_handler, registered
+from distrs.worker.gpu_health import GpuGuard
 from distrs.worker.proxy_client import LeaseRejected, ProxyClient, ProxyUnavailable
 
 log = logging.getLogger(__name__)
@@ -78,6 +83,8 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
         max_bundle: int = 1,
         bundle_target_s: float = 0.25,
+        gpu: GpuGuard | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         if stage not in table.stages:
             raise ValueError(f"unknown stage {stage!r}; known: {', '.join(table.stages)}")
@@ -107,6 +114,8 @@ class Worker:
             if (t, stage) in known:
                 self._handlers[t] = handler_for(t, stage)
         self.busy = False
+        self.gpu = gpu
+        self.metrics = metrics
 
     # readiness -------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
@@ -119,6 +128,10 @@ class Worker:
             ok, why = h.ready()
             if not ok:
                 reasons.append(f"{t}: {why}")
+        if self.gpu is not None:
+            ok, why = self.gpu.ready()
+            if not ok:
+                reasons.append(why)
         return (not reasons), "; ".join(reasons)
 
     def request_drain(self) -> None:
@@ -137,6 +150,8 @@ class Worker:
     def run(self, idle_backoff_s: float = 1.0) -> None:
         said = None  # the not-ready reason last logged: one line per reason, not one per check
         while not self._draining.is_set():
+            if self.gpu is not None:
+                self.gpu.maybe_check()  # before the first lease; a sick GPU's periodic re-check
             ok, why = self.readiness()
             if not ok:
                 if why != said:
@@ -156,6 +171,10 @@ class Worker:
 
     def run_once(self) -> bool:
         """Lease and finish at most one request or bundle; True when one was handled."""
+        if self.gpu is not None:
+            self.gpu.maybe_check()
+            if not self.gpu.ready()[0]:  # a sick GPU leases nothing
+                return False
         k = bundle_size(self.mean_run_s, self.bundle_target_s, self.max_bundle)
         if k > 1:
             return self._run_bundle(k)
@@ -198,6 +217,10 @@ class Worker:
         t0 = self.clock()
         out = self._run_handler(lease)
         run_s = self.clock() - t0
+        if self.gpu is not None:
+            out = self.gpu.after_request(out)  # a CUDA error: was it the GPU? (checked now)
+            if self.metrics is not None:
+                self.metrics.request_gpu_seconds.labels(lease["reward_type"]).observe(run_s)
         self.stats.busy_s += run_s
         self._observe(run_s)
         body: dict[str, Any] = {"outcome": out.outcome, "run_s": run_s}

@@ -44,6 +44,7 @@ from typing import Any
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.cuda import gpu_devices, gpu_mounts
+from distrs.rewards.gpu_env import timing_flags
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import InvalidPayload, MiB, shared_sandbox, stage_budget
 from distrs.rewards.kernelbench.compare import BadTensors, compare, decode, digest, digest_matches
@@ -199,6 +200,8 @@ class ExecuteHandler:
         key = "runtime_error" if e.status in (Status.RUNTIME_ERROR, Status.TIMEOUT) else "correctness_issue"
         metadata[key] = e.reason
         metadata.update(e.detail)
+        # the worker checks its GPU before leasing again (worker/gpu_health.py)
+        extra = {"gpu_fault": True} if e.detail.get("cuda_error") else {}
         return StageOutput.final(
             e.status,
             value,
@@ -211,6 +214,7 @@ class ExecuteHandler:
             versions=report.versions,
             outcome=Stage.INCORRECT.value,
             reason=e.reason,
+            **extra,
         )
 
 
@@ -529,6 +533,8 @@ class Judge:
                     }
                 )
         value = score(p.reward, Outcome(Stage.CORRECT, speedup), p.speedup_cap)
+        if p.device == "cuda":  # timing on a MIG slice or a time-shared GPU says so
+            self.report.flags.extend({"check": f["flag"], "why": f["why"]} for f in timing_flags())
         return StageOutput.final(
             Status.OK,
             value,
