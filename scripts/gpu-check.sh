@@ -11,7 +11,8 @@
 # 2. make test-gpu (the tests marked gpu), JUnit XML kept for the report;
 # 3. scripts/gpu_check.py: distrs up with CPU compile workers and one GPU execute worker, then
 #    the checks of its CHECKS list (health, the cuda type's programs, timing noise, a CUDA error,
-#    GPU metrics), writing one JSON report that also holds steps 1 and 2.
+#    GPU metrics, a ten-problem kernelbench slice and its timing noise), writing one JSON report
+#    that also holds steps 1 and 2.
 # Exit status: 0 when every step and check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,8 +21,8 @@ REPORT=${1:-${OUT:+$OUT/gpu-check.json}}
 REPORT=${REPORT:-gpu-check.json}
 CACHE=${GPU_CHECK_CACHE:-.gpucheck}
 PYTHON=${PYTHON:-python3}
-TEST_GPU_TIMEOUT=${TEST_GPU_TIMEOUT:-200}
-CHECK_BUDGET=${CHECK_BUDGET:-210}
+TEST_GPU_TIMEOUT=${TEST_GPU_TIMEOUT:-240}
+CHECK_BUDGET=${CHECK_BUDGET:-330}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/distrs-gpu-check.XXXXXX")
 INSTALL_JSON="$WORK/install.json"
 export PYTHONUNBUFFERED=1

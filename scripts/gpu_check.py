@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))  # kernelbench_slice
 REPORT_FORMAT = "distrs-gpu-check/1"
 
 # Programs for the cuda type, in the shape of its own GPU tests (tests/e2e, tests/integration).
@@ -338,6 +339,71 @@ def gpu_metrics(ctx: Ctx) -> dict[str, Any]:
     }
 
 
+def kernelbench_slice(ctx: Ctx) -> dict[str, Any]:
+    """Ten KernelBench-format problems (plus a wrong kernel and a torch decoy) through the
+    ``kernelbench`` type: built by the CPU compile workers, judged on the GPU."""
+    from kernelbench_slice import slice_items
+
+    items = slice_items()
+    res = ctx.submit([("kernelbench", p) for _, _, p in items], wait_s=min(600.0, ctx.left_s()))
+    rows = []
+    for (name, want, _), r in zip(items, res, strict=True):
+        d = r.get("detail") or {}
+        rows.append(
+            {
+                "problem": name,
+                "expected": want,
+                "status": r.get("status"),
+                "score": r.get("score"),
+                "runtime_ms": d.get("runtime"),
+                "ref_runtime_ms": d.get("ref_runtime"),
+                "speedup": d.get("speedup"),
+                "runtime_stats": d.get("runtime_stats"),
+                "flags": d.get("flags"),
+                "stages": [{k: s.get(k) for k in ("name", "run_s", "outcome")} for s in r.get("stages", [])],
+                **(
+                    {"reason": str(d.get("reason") or d.get("error") or "")[:500]}
+                    if r.get("status") != want
+                    else {}
+                ),
+            }
+        )
+    ctx.shared["kernelbench_ok"] = rows[0]["status"] == "ok"
+    return {"ok": all(r["status"] == r["expected"] for r in rows), "problems": rows}
+
+
+def kernelbench_timing_noise(ctx: Ctx, n: int = 10) -> dict[str, Any]:
+    """One honest kernel in n separate requests: spread of its runtime and speedup."""
+    from kernelbench_slice import slice_items
+
+    _, _, payload = slice_items()[0]
+    res = ctx.submit([("kernelbench", payload)] * n, wait_s=min(300.0, ctx.left_s()))
+    ok = [r for r in res if r.get("status") == "ok"]
+    runtimes = [float(r["detail"]["runtime"]) for r in ok]
+    speedups = [float(r["detail"]["speedup"]) for r in ok]
+    this_ref = [
+        float(r["detail"]["metadata"].get("ref_runtime_this_request", {}).get("mean", "nan")) for r in ok
+    ]
+    cv_rt, cv_sp = cv(runtimes), cv(speedups)
+    return {
+        "ok": len(ok) == n,
+        "requests": n,
+        "ok_results": len(ok),
+        "settings": "kernelbench: 3 warm-up calls, 101 timed calls (first dropped), L2 flushed (256 MB) and "
+        "the device synchronised before each, CUDA events around forward, fresh inputs per call; the "
+        "reference's runtime kept per problem, GPU and torch; clocks as the driver sets them",
+        "runtime_ms": {
+            "mean": statistics.mean(runtimes) if runtimes else None,
+            "cv": cv_rt,
+            "values": runtimes,
+        },
+        "speedup": {"mean": statistics.mean(speedups) if speedups else None, "cv": cv_sp, "values": speedups},
+        "reference_runtime_each_request_ms": {"cv": cv([v for v in this_ref if v == v]), "values": this_ref},
+        "targets": {"runtime_cv": 0.02, "speedup_cv": 0.03},
+        "meets_targets": cv_rt is not None and cv_sp is not None and cv_rt <= 0.02 and cv_sp <= 0.03,
+    }
+
+
 CHECKS: list[tuple[str, Check]] = [
     ("versions", versions),
     ("gpu_ready", gpu_ready),
@@ -346,6 +412,8 @@ CHECKS: list[tuple[str, Check]] = [
     ("timing_noise", timing_noise),
     ("cuda_error_recovery", cuda_error_recovery),
     ("gpu_metrics", gpu_metrics),
+    ("kernelbench_slice", kernelbench_slice),
+    ("kernelbench_timing_noise", kernelbench_timing_noise),
 ]
 
 
@@ -442,11 +510,13 @@ def free_port() -> int:
 def distrs_up(work: Path, gpu_port: int) -> Iterator[str]:
     """``distrs up`` here: memory store, static policy (two compile workers, one GPU worker)."""
     port = free_port()
-    env = {**os.environ, "DISTRS_STATIC_REPLICAS": "2", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "DISTRS_STATIC_REPLICAS": "2", "PYTHONUNBUFFERED": "1", **kernel_env(work)}
+    config = work / "pipelines.yaml"  # torch-extension builds take minutes of CPU
+    config.write_text(json.dumps({"stages": {"compile": {"timeout_s": 900}, "execute": {"timeout_s": 300}}}))
     log = open(work / "distrs-up.log", "wb")  # noqa: SIM115 - closed below
     cmd = [sys.executable, "-m", "distrs.cli", "up", "--insecure", "--port", str(port), "--policy", "static"]
     cmd += ["--max-workers", "4", "--gpu-workers", "1", "--gpu-health-port", str(gpu_port)]
-    cmd += ["--worker-log-dir", str(work), "--log-level", "info"]
+    cmd += ["--worker-log-dir", str(work), "--log-level", "info", "--config", str(config)]
     proc = subprocess.Popen(
         cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
     )
@@ -472,6 +542,21 @@ def distrs_up(work: Path, gpu_port: int) -> Iterator[str]:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
         log.close()
+
+
+def kernel_env(work: Path) -> dict[str, str]:
+    """The kernelbench type's settings for this GPU: its own architecture, a build cache, all cores."""
+    env = {
+        "DISTRS_KERNELS_CACHE_DIR": str(work / "kernel-cache"),
+        "DISTRS_KERNELS_BUILD_JOBS": str(os.cpu_count() or 2),
+        "DISTRS_KERNELS_COMPILE_TIME_S": "900",
+    }
+    with contextlib.suppress(Exception):
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(0)
+        env["DISTRS_KERNELS_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    return env
 
 
 def default_report_path() -> Path:

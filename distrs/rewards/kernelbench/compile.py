@@ -34,18 +34,18 @@ from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.compile_cache import CompileCache
 from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import MAX_BINARY_BYTES, InvalidPayload, MiB, shared_sandbox, snippet, stage_budget
+from distrs.rewards.judge import MAX_BINARY_BYTES, InvalidPayload, MiB, snippet, stage_budget
 from distrs.rewards.kernelbench import callkey
 from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
+from distrs.rewards.kernelbench.handler_base import KernelHandler
 from distrs.rewards.kernelbench.jailed import ChildGone, ChildTimeout, JailedChild
 from distrs.rewards.kernelbench.module_cache import BuildError, Built, ModuleCache
 from distrs.rewards.kernelbench.payload import KernelPayload, parse_payload
 from distrs.rewards.kernelbench.pch import GCH_MAX_BYTES, PchStore
-from distrs.rewards.kernelbench.settings import KernelSettings, kernel_settings
+from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.rewards.kernelbench.static_checks import StaticReport, check_source
-from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts, readiness, toolchain_key
+from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts, toolchain_key
 from distrs.sandbox import Limits, MemoryKind, Sandbox, SandboxError
-from distrs.sandbox import readiness as sandbox_readiness
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -86,24 +86,17 @@ def build_limits(settings: KernelSettings, wall_s: float) -> Limits:
     )
 
 
-class CompileHandler:
+class CompileHandler(KernelHandler):
     def __init__(self, sandbox: Sandbox | None = None, settings: KernelSettings | None = None) -> None:
-        self._sandbox = sandbox
-        self._settings = settings or kernel_settings()
+        super().__init__(sandbox, settings)
         self._modules = ModuleCache(self._settings.cache_mb * MiB, self._settings.cache_dir)
         self._results = CompileCache(self._settings.cache_mb * MiB)
         self.builds = 0  # clean builds started by this handler (tests and metrics read it)
         self._pch: PchStore | None = None
 
-    @property
-    def sandbox(self) -> Sandbox:
-        return self._sandbox or shared_sandbox()
-
     def ready(self) -> tuple[bool, str]:
-        ok, why = readiness(self._settings)
-        if not ok:
-            return ok, why
-        return (True, "") if self._sandbox is not None else sandbox_readiness()
+        ok, why = self.toolchain_ready()
+        return (ok, why) if not ok else self.sandbox_ready()
 
     def _toolchain(self) -> str:
         return toolchain_key(self._settings.model_dump_json())

@@ -46,17 +46,17 @@ from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.cuda import gpu_devices, gpu_mounts
 from distrs.rewards.gpu_env import timing_flags
 from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import InvalidPayload, MiB, shared_sandbox, stage_budget
+from distrs.rewards.judge import InvalidPayload, MiB, stage_budget
 from distrs.rewards.kernelbench.compare import BadTensors, compare, decode, digest, digest_matches
 from distrs.rewards.kernelbench.compile import MODULES
 from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
+from distrs.rewards.kernelbench.handler_base import KernelHandler
 from distrs.rewards.kernelbench.jailed import ChildGone, ChildTimeout, JailedChild
 from distrs.rewards.kernelbench.payload import KernelPayload, parse_payload
-from distrs.rewards.kernelbench.settings import KernelSettings, kernel_settings
+from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.rewards.kernelbench.timing import Call, charge, digest_agrees, stats
-from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts, readiness
+from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts
 from distrs.sandbox import Limits, MemoryKind, Sandbox
-from distrs.sandbox import readiness as sandbox_readiness
 
 HERE = Path(__file__).parent
 WARMUP = 3
@@ -138,21 +138,16 @@ class RefTimes:
                 self._items.popitem(last=False)
 
 
-class ExecuteHandler:
+class ExecuteHandler(KernelHandler):
     def __init__(
         self, sandbox: Sandbox | None = None, settings: KernelSettings | None = None, dev: str = "/dev"
     ) -> None:
-        self._sandbox = sandbox
-        self._settings = settings or kernel_settings()
+        super().__init__(sandbox, settings)
         self._dev = dev
         self.ref_times = RefTimes()
 
-    @property
-    def sandbox(self) -> Sandbox:
-        return self._sandbox or shared_sandbox()
-
     def ready(self) -> tuple[bool, str]:
-        ok, why = readiness(self._settings)
+        ok, why = self.toolchain_ready()
         if not ok:
             return ok, why
         if self._settings.device == "cuda":
@@ -165,7 +160,7 @@ class ExecuteHandler:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             if len(gpus) > 1 and (visible is None or "," in visible):
                 return False, f"worker sees {len(gpus)} GPUs; an execute worker must own exactly one"
-        return (True, "") if self._sandbox is not None else sandbox_readiness()
+        return self.sandbox_ready()
 
     def run(self, inp: StageInput) -> StageOutput:
         try:
