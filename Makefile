@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all install system-deps demo up test test-wheels test-fast test-slow test-pods images lint bench clean
+.PHONY: all install system-deps demo up test test-wheels test-fast test-slow test-pods test-gpu images lint bench clean
 
 all: test
 
@@ -17,7 +17,7 @@ system-deps:
 $(STAMP): pyproject.toml trainer_client/pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev]' -e './trainer_client[ray]'  # ray: the Ray rollout hook test (~260 MB, ~40 s)
+	$(PIP) install -q -e '.[dev,kernels]' -e './trainer_client[ray]'  # ray: the Ray rollout hook test (~260 MB, ~40 s)
 	@touch $(STAMP)
 
 install: system-deps $(STAMP)
@@ -52,6 +52,14 @@ test-slow: install
 # The pod-runtime tier alone: built images, the rendered chart, podman containers.
 test-pods: install
 	$(PY) -m pytest -m pods tests/pods $(PYTEST_ARGS)
+
+# The GPU tier: tests marked gpu (they skip where no NVIDIA GPU is present). GPU tests live under
+# tests/integration and tests/e2e (a unit test checks this); the k8s and placement folders need
+# dev-only schema packages and hold none, so a GPU machine needs only the runtime dependencies.
+# Needs the virtual environment only (no apt): scripts/gpu-check.sh prepares it on a GPU machine.
+GPU_TESTS ?= tests/integration tests/e2e --ignore=tests/integration/k8s --ignore=tests/integration/placement
+test-gpu: $(STAMP)
+	$(PY) -m pytest -m gpu $(GPU_TESTS) $(PYTEST_ARGS)
 
 # Service, CPU-worker and GPU-worker images, offline from local Debian bases (scripts/build_images.py;
 # cached under /var/tmp/distrs-images). IMAGE_TOOL=docker|podman|buildah picks the tool;

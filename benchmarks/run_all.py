@@ -21,6 +21,7 @@ ORDER = [
     "sim_vs_live",
     "placement",
     "recovery",
+    "compile",
 ]
 
 

@@ -37,6 +37,16 @@ def up(
     ] = None,
     policy: Annotated[str, typer.Option(help="Scaling policy: distrs | history | static.")] = "distrs",
     max_workers: Annotated[int, typer.Option(help="Most local workers per stage.")] = 32,
+    gpu_health_port: Annotated[
+        int | None,
+        typer.Option(help="Serve the GPU stages' /readyz and /metrics from this port on (one per stage)."),
+    ] = None,
+    gpu_workers: Annotated[
+        int | None, typer.Option(help="Most local workers per GPU stage (default: --max-workers).")
+    ] = None,
+    worker_log_dir: Annotated[
+        str | None, typer.Option(help="Write each worker host's log into this folder.")
+    ] = None,
     log_level: LogLevel = "info",
 ) -> None:
     """Run proxy, planner and local workers on this machine; Ctrl-C drains and stops."""
@@ -51,6 +61,9 @@ def up(
         pipelines_file=config,
         policy=policy,
         max_workers=max_workers,
+        gpu_health_port=gpu_health_port,
+        gpu_stage_cap=gpu_workers,
+        worker_log_dir=worker_log_dir,
     )
 
 
@@ -122,6 +135,8 @@ def worker(
     types = [t.strip() for t in s.reward_types.split(",")] if s.reward_types else None
     table = load_pipelines(s.pipelines_file)
 
+    gpu, metrics = _gpu_guard(s, table)
+
     def make(worker_id: str | None) -> Worker:
         return Worker(
             s.stage,
@@ -133,6 +148,8 @@ def worker(
             heartbeat_s=s.heartbeat_s,
             max_bundle=s.max_bundle,
             bundle_target_s=s.bundle_target_s,
+            gpu=gpu,
+            metrics=metrics,
             execution_log=s.execution_log,
         )
 
@@ -140,21 +157,50 @@ def worker(
         from distrs.worker.host import run_host
 
         prefix = s.worker_id
+        port, registry = s.health_port, metrics.registry if metrics else None
         run_host(
             lambda wid: make(f"{prefix}-{wid}" if prefix else wid),
             threads if not control_stdin else 0,
             sys.stdin if control_stdin else None,
+            on_start=None if port is None else lambda h: serve_health(port, h.readiness, registry=registry),
         )
         return
     w = make(s.worker_id)
     signal.signal(signal.SIGTERM, lambda *_: w.request_drain())
     signal.signal(signal.SIGINT, lambda *_: w.request_drain())
     if s.health_port is not None:
-        serve_health(s.health_port, w.readiness)
+        serve_health(s.health_port, w.readiness, registry=metrics.registry if metrics else None)
     if once:
         w.run_once()
         return
     w.run()
+
+
+def _gpu_guard(s: Any, table: Any, dev: str = "/dev") -> tuple[Any, Any]:
+    """The GPU health guard and worker metrics of a GPU stage's worker on a machine with a GPU
+    device node; (None, None) elsewhere (CPU stages, GPU stages run without a GPU for tests)."""
+    from distrs.core.stages import ResourceClass
+    from distrs.rewards.cuda import gpu_devices
+    from distrs.rewards.gpu_env import gpu_sharing
+
+    spec = table.stages.get(s.stage)
+    if spec is None or spec.resource is not ResourceClass.GPU or not gpu_devices(dev) or not s.gpu_health:
+        return None, None
+    from distrs.metrics import WorkerMetrics
+    from distrs.worker.gpu_health import GpuGuard, HealthLimits, SubprocessProbe
+    from distrs.worker.nvml import PyNvml, select_gpu
+
+    nvml, selector = PyNvml(), select_gpu()
+    metrics = WorkerMetrics(gpu_read=lambda: [nvml.read(selector, consume_xids=False)])
+
+    def record(ev: Any) -> None:
+        metrics.gpu_health_checks.labels(ev.trigger, "healthy" if ev.ok else "sick").inc()
+        metrics.gpu_healthy.set(1 if ev.ok else 0)
+
+    # On a time-sliced GPU other pods' processes are expected: only the other rules apply there.
+    other_mb = s.gpu_other_memory_mb if gpu_sharing() != "time-sliced" else 1 << 40
+    limits = HealthLimits(other_mb << 20, s.gpu_probe_timeout_s, s.gpu_recheck_s)
+    return GpuGuard(nvml, SubprocessProbe(), selector, limits, on_check=record), metrics
 
 
 @app.command()

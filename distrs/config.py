@@ -151,7 +151,28 @@ class WorkerSettings(_Base):
     reward_types: str | None = Field(
         None, description="Comma-separated reward types to serve (default: every type using the stage)."
     )
-    health_port: int | None = Field(None, ge=0, le=65535, description="Port for /healthz and /readyz probes.")
+    health_port: int | None = Field(
+        None, ge=0, le=65535, description="Port for /healthz, /readyz and the worker's /metrics."
+    )
+    gpu_health: bool = Field(
+        True,
+        description="On a GPU stage with a GPU device: check the GPU (NVML + a test kernel) before "
+        "the first lease and after CUDA errors, and stay not ready while it is sick.",
+    )
+    gpu_other_memory_mb: int = Field(
+        1024, ge=0, description="GPU memory other processes may hold before the GPU counts as sick (MiB)."
+    )
+    gpu_probe_timeout_s: float = Field(30.0, gt=0, description="Time limit of the GPU test kernel.")
+    gpu_recheck_s: float = Field(60.0, gt=0, description="Period of re-checks of a sick GPU.")
+    gpu_sharing: Literal["", "exclusive", "mig", "time-sliced"] = Field(
+        "",
+        description="How this worker's GPU is shared (results are flagged for mig and time-sliced); "
+        "empty: mig for a nvidia.com/mig-* resource or a MIG- device, else exclusive.",
+    )
+    gpu_resource: str = Field(
+        "",
+        description="The extended resource the pod got its GPU as (nvidia.com/gpu, nvidia.com/mig-1g.10gb).",
+    )
     pipelines_file: str | None = Field(None, description="YAML overriding the built-in stages/types.")
     execution_log: str | None = Field(
         None,

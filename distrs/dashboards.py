@@ -2,7 +2,10 @@
 
 Keeping the panels as data here (instead of hand-editing a 1,000-line JSON file) lets tests check
 that every query names a metric :mod:`distrs.metrics` really exports, and lets the Prometheus
-integration test run each query against a live scrape. Regenerate the chart's copy with::
+integration test run each query against a live scrape. The JSON is built with Grafana's own
+Foundation SDK builders (``grafana-foundation-sdk``), so field names, defaults and the schema
+version follow Grafana rather than a hand-kept literal; the GPU row reads the execute workers'
+own /metrics (``distrs.metrics.WorkerMetrics``). Regenerate the chart's copy with::
 
     python -m distrs.dashboards deploy/helm/distrs/dashboards/distrs.json
 
@@ -15,13 +18,22 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import prometheus, timeseries
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
 
 UID = "distrs-overview"
 NS = 'namespace=~"$namespace"'
 NS_TASK = 'namespace=~"$namespace", task=~"$task"'
 RATE = "[$__rate_interval]"
+DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 
 @dataclass(frozen=True)
@@ -36,9 +48,7 @@ class Panel:
     description: str
     queries: tuple[Query, ...]
     unit: str = "short"
-    kind: str = "timeseries"
     stack: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _quantiles(metric: str, by: str, sel: str, qs: tuple[float, ...]) -> tuple[Query, ...]:
@@ -200,118 +210,170 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             ),
         ),
     ),
+    (
+        "GPU execute workers",
+        (
+            Panel(
+                "GPU utilisation",
+                "Fraction of time a kernel ran (and memory was busy) on each execute worker's GPU; "
+                "MIG slices report no utilisation.",
+                (
+                    Query(
+                        f"max by (gpu, model) (distrs_gpu_utilization_ratio{{{NS}}})",
+                        "SM {{model}} {{gpu}}",
+                    ),
+                    Query(
+                        f"max by (gpu, model) (distrs_gpu_memory_utilization_ratio{{{NS}}})",
+                        "memory {{model}} {{gpu}}",
+                    ),
+                ),
+                unit="percentunit",
+            ),
+            Panel(
+                "GPU memory used",
+                "Memory in use on each GPU (or MIG slice) against its size.",
+                (
+                    Query(f"max by (gpu) (distrs_gpu_memory_used_bytes{{{NS}}})", "used {{gpu}}"),
+                    Query(f"max by (gpu) (distrs_gpu_memory_total_bytes{{{NS}}})", "total {{gpu}}"),
+                ),
+                unit="bytes",
+            ),
+            Panel(
+                "GPU temperature",
+                "Core temperature of each GPU; throttling clocks down past the slowdown threshold.",
+                (Query(f"max by (gpu) (distrs_gpu_temperature_celsius{{{NS}}})", "{{gpu}}"),),
+                unit="celsius",
+            ),
+            Panel(
+                "GPU clocks",
+                "Current SM and memory clocks; a falling SM clock under load means throttling, and "
+                "noisier kernel timing.",
+                (
+                    Query(f"max by (gpu) (distrs_gpu_sm_clock_hertz{{{NS}}})", "SM {{gpu}}"),
+                    Query(f"max by (gpu) (distrs_gpu_memory_clock_hertz{{{NS}}})", "memory {{gpu}}"),
+                ),
+                unit="hertz",
+            ),
+            Panel(
+                "GPU power",
+                "Board power draw of each GPU.",
+                (Query(f"max by (gpu) (distrs_gpu_power_watts{{{NS}}})", "{{gpu}}"),),
+                unit="watt",
+            ),
+            Panel(
+                "GPU-seconds per second by reward type",
+                "GPU time requests held the execute workers' GPUs (or slices): the costly resource "
+                "the planner saves; and the p90 GPU-seconds of one request.",
+                (
+                    Query(
+                        f"sum by (reward_type) (rate(distrs_request_gpu_seconds_sum{{{NS}}}{RATE}))",
+                        "{{reward_type}}",
+                    ),
+                    *_quantiles("distrs_request_gpu_seconds", "reward_type", NS, (0.9,)),
+                ),
+                unit="s",
+            ),
+            Panel(
+                "GPU health",
+                "Execute workers whose GPU passed its last check, of all reporting; and sick "
+                "verdicts by trigger (first check, after a CUDA error, re-check of a sick GPU).",
+                (
+                    Query(f"sum(distrs_gpu_healthy{{{NS}}})", "healthy"),
+                    Query(f"count(distrs_gpu_healthy{{{NS}}})", "reporting"),
+                    Query(
+                        "sum by (trigger) "
+                        f'(increase(distrs_gpu_health_checks_total{{{NS}, result="sick"}}{RATE}))',
+                        "sick ({{trigger}})",
+                    ),
+                ),
+            ),
+        ),
+    ),
 )
 
 
-def _variables() -> list[dict[str, Any]]:
-    ds = {"type": "prometheus", "uid": "${datasource}"}
+def _variables() -> list[Builder[dm.VariableModel]]:
+    def query_var(name: str, label: str, query: str) -> Builder[dm.VariableModel]:
+        return (
+            db.QueryVariable(name)
+            .label(label)
+            .datasource(DATASOURCE)
+            .query({"query": query, "refId": name})
+            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .include_all(True)
+            .multi(True)
+            .all_value(".*")
+            .current(dm.VariableOption(text="All", value="$__all"))
+        )
+
     return [
-        {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus"},
-        {
-            "name": "namespace",
-            "label": "Namespace",
-            "type": "query",
-            "datasource": ds,
-            "query": {"query": "label_values(distrs_queue_depth, namespace)", "refId": "ns"},
-            "definition": "label_values(distrs_queue_depth, namespace)",
-            "refresh": 2,
-            "includeAll": True,
-            "multi": True,
-            "allValue": ".*",
-            "current": {"text": "All", "value": "$__all"},
-        },
-        {
-            "name": "task",
-            "label": "Task",
-            "type": "query",
-            "datasource": ds,
-            "query": {
-                "query": 'label_values(distrs_queue_depth{namespace=~"$namespace"}, task)',
-                "refId": "task",
-            },
-            "definition": 'label_values(distrs_queue_depth{namespace=~"$namespace"}, task)',
-            "refresh": 2,
-            "includeAll": True,
-            "multi": True,
-            "allValue": ".*",
-            "current": {"text": "All", "value": "$__all"},
-        },
+        db.DatasourceVariable("datasource").label("Data source").type("prometheus"),
+        query_var("namespace", "Namespace", "label_values(distrs_queue_depth, namespace)"),
+        query_var("task", "Task", 'label_values(distrs_queue_depth{namespace=~"$namespace"}, task)'),
     ]
 
 
-def build() -> dict[str, Any]:
-    """The dashboard as Grafana JSON (schemaVersion 39)."""
-    ds = {"type": "prometheus", "uid": "${datasource}"}
-    panels: list[dict[str, Any]] = []
-    pid, y = 1, 0
-    for row_title, row in ROWS:
-        panels.append(
-            {
-                "id": pid,
-                "type": "row",
-                "title": row_title,
-                "collapsed": False,
-                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
-            }
+def _panel(pid: int, p: Panel) -> Builder[dm.Panel]:
+    panel = (
+        timeseries.Panel()
+        .id(pid)
+        .title(p.title)
+        .description(p.description)
+        .datasource(DATASOURCE)
+        .height(8)
+        .span(12)
+        .unit(p.unit)
+        .stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL if p.stack else cm.StackingMode.NONE))
+        .legend(
+            cb.VizLegendOptions()
+            .display_mode(cm.LegendDisplayMode.TABLE)
+            .placement(cm.LegendPlacement.BOTTOM)
+            .show_legend(True)
+            .calcs(["lastNotNull", "max"])
         )
-        pid, y = pid + 1, y + 1
-        for i, p in enumerate(row):
-            x = 0 if i % 2 == 0 else 12
-            panels.append(
-                {
-                    "id": pid,
-                    "type": p.kind,
-                    "title": p.title,
-                    "description": p.description,
-                    "datasource": ds,
-                    "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
-                    "fieldConfig": {
-                        "defaults": {
-                            "unit": p.unit,
-                            "custom": {"stacking": {"mode": "normal" if p.stack else "none"}},
-                        },
-                        "overrides": [],
-                    },
-                    "options": {
-                        "legend": {
-                            "displayMode": "table",
-                            "placement": "bottom",
-                            "calcs": ["lastNotNull", "max"],
-                        }
-                    },
-                    "targets": [
-                        {
-                            "refId": chr(ord("A") + k),
-                            "datasource": ds,
-                            "expr": q.expr,
-                            "legendFormat": q.legend,
-                        }
-                        for k, q in enumerate(p.queries)
-                    ],
-                    **p.extra,
-                }
-            )
+    )
+    for k, q in enumerate(p.queries):
+        panel = panel.with_target(
+            prometheus.Dataquery()
+            .ref_id(chr(ord("A") + k))
+            .datasource(DATASOURCE)
+            .expr(q.expr)
+            .legend_format(q.legend)
+        )
+    return panel
+
+
+def builder() -> db.Dashboard:
+    """The dashboard as the Grafana Foundation SDK's builder (rows expanded, two panels a line)."""
+    d = (
+        db.Dashboard("DistRS reward service")
+        .uid(UID)
+        .description(
+            "Queues, worker scaling, batch delay, planner health and GPU execute workers of a DistRS release."
+        )
+        .tags(["distrs", "rl", "autoscaling"])
+        .editable()
+        .version(1)
+        .refresh("30s")
+        .time("now-3h", "now")
+        .timezone("browser")
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .variables(_variables())
+    )
+    pid = 1
+    for row_title, row in ROWS:
+        d = d.with_row(db.Row(row_title).id(pid))
+        pid += 1
+        for p in row:
+            d = d.with_panel(_panel(pid, p))
             pid += 1
-            if i % 2 == 1:
-                y += 8
-        if len(row) % 2 == 1:
-            y += 8
-    return {
-        "uid": UID,
-        "title": "DistRS reward service",
-        "description": "Queues, worker scaling, batch delay and planner health of a DistRS release.",
-        "tags": ["distrs", "rl", "autoscaling"],
-        "editable": True,
-        "schemaVersion": 39,
-        "version": 1,
-        "refresh": "30s",
-        "time": {"from": "now-3h", "to": "now"},
-        "timezone": "browser",
-        "graphTooltip": 1,
-        "templating": {"list": _variables()},
-        "annotations": {"list": []},
-        "panels": panels,
-    }
+    return d
+
+
+def build() -> dict[str, Any]:
+    """The dashboard as Grafana JSON (the SDK's schema version)."""
+    out: dict[str, Any] = json.loads(json.dumps(builder().build(), cls=JSONEncoder))
+    return out
 
 
 def expressions(dashboard: dict[str, Any]) -> list[str]:

@@ -98,6 +98,8 @@ async def serve(
     planner_overrides: dict[str, Any] | None = None,
     worker_log_dir: str | None = None,
     cpu_stage_cap: int | None = None,
+    gpu_health_port: int | None = None,
+    gpu_stage_cap: int | None = None,
 ) -> AsyncIterator[Running]:
     """Run the whole service here. ``max_workers`` bounds every stage's pool; ``cpu_stage_cap``
     (``distrs up``: the cores available) bounds CPU stages further; the planner decides each
@@ -129,8 +131,16 @@ async def serve(
     url = f"http://{host}:{bound}"
     ready = ready_reward_types(table)
     extra = {s: ["--reward-types", ",".join(ts)] for s, ts in ready.items() if ts}
+    if gpu_health_port is not None:  # each GPU stage's host serves /readyz and /metrics
+        gpu_stages = sorted(n for n, spec in table.stages.items() if spec.resource is ResourceClass.GPU)
+        for i, stage in enumerate(gpu_stages):
+            extra.setdefault(stage, []).extend(["--health-port", str(gpu_health_port + i)])
     env = {"DISTRS_PIPELINES_FILE": settings.pipelines_file} if settings.pipelines_file else {}
     caps = stage_caps(table, cpu_stage_cap)
+    if gpu_stage_cap is not None:  # e.g. one worker per GPU stage on a one-GPU machine
+        caps.update(
+            {n: gpu_stage_cap for n, spec in table.stages.items() if spec.resource is ResourceClass.GPU}
+        )
     actuator = LocalActuator(
         proxy_url=url,
         token=worker_token,

@@ -3,7 +3,8 @@
 ``Metrics`` builds its collectors in a registry it is given (no import-time globals), so tests
 and several apps in one process never collide. Names follow Prometheus conventions: base units
 (seconds), ``_total`` for counters. The Grafana dashboard (deploy/helm/distrs/dashboards) queries
-exactly these names.
+exactly these names. ``WorkerMetrics`` is a worker's own registry (its health port's /metrics):
+GPU-seconds per request, GPU health checks and per-GPU gauges read from NVML at scrape time.
 
 Task labels: by default the ``task`` label of every metric is ``all`` (values of all tasks summed
 up), so a scrape names no tenant and no task; with ``tenant_labels`` (``DISTRS_METRICS_TENANT_LABELS``)
@@ -13,9 +14,11 @@ with both. The mapping sits here, in ``TaskLabelled``, so no caller can leak a n
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 ALL_TASKS = "all"
 C = TypeVar("C", Counter, Gauge, Histogram)
@@ -160,3 +163,80 @@ class Metrics:
         self.actuator_errors = Counter(
             "distrs_actuator_errors_total", "Actuator calls that failed", ["stage", "reason"], registry=r
         )
+
+
+# GPU gauges of an execute worker: (metric name, GpuState attribute, help). Read from NVML at
+# scrape time by ``GpuCollector``; a value NVML does not give on this GPU is left out.
+GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("distrs_gpu_utilization_ratio", "utilization", "Fraction of time a kernel ran on the GPU (NVML)"),
+    (
+        "distrs_gpu_memory_utilization_ratio",
+        "memory_utilization",
+        "Fraction of time GPU memory was read or written (NVML)",
+    ),
+    ("distrs_gpu_memory_used_bytes", "memory_used_bytes", "GPU memory in use"),
+    ("distrs_gpu_memory_total_bytes", "memory_total_bytes", "GPU memory in all"),
+    ("distrs_gpu_temperature_celsius", "temperature_c", "GPU core temperature"),
+    ("distrs_gpu_sm_clock_hertz", "sm_clock_hz", "Current SM clock"),
+    ("distrs_gpu_memory_clock_hertz", "memory_clock_hz", "Current memory clock"),
+    ("distrs_gpu_power_watts", "power_w", "Power draw of the GPU board"),
+)
+GPU_LABELS = ("gpu", "model")  # gpu: the GPU's or MIG slice's UUID; bounded by the hardware
+
+
+class GpuCollector:
+    """Per-GPU gauges read at scrape time from ``read()`` (objects with ``GpuState``'s fields:
+    ``uuid``, ``name`` and the attributes of ``GPU_GAUGES``). A failing read yields no samples
+    (the health check reports the failure; a scrape must not)."""
+
+    def __init__(self, read: Callable[[], Iterable[Any]]) -> None:
+        self._read = read
+
+    def describe(self) -> Iterator[Metric]:
+        for name, _, doc in GPU_GAUGES:
+            yield GaugeMetricFamily(name, doc, labels=GPU_LABELS)
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            states = list(self._read())
+        except Exception:
+            states = []
+        for name, attr, doc in GPU_GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
+            for s in states:
+                value = getattr(s, attr, None)
+                if value is not None:
+                    family.add_metric([str(s.uuid), str(s.name)], float(value))
+            yield family
+
+
+class WorkerMetrics:
+    """A worker's own /metrics (``distrs worker --health-port``): GPU-seconds per request, the
+    GPU health checks, and with ``gpu_read`` the per-GPU gauges. Labels are bounded: reward types
+    are the registered ones, triggers and results fixed words."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        gpu_read: Callable[[], Iterable[Any]] | None = None,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.request_gpu_seconds = Histogram(
+            "distrs_request_gpu_seconds",
+            "GPU-seconds one request held this worker's GPU (or MIG slice), by reward type",
+            ["reward_type"],
+            buckets=STAGE_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.gpu_health_checks = Counter(
+            "distrs_gpu_health_checks_total",
+            "GPU health checks by trigger (first, cuda_error, recheck) and result (healthy, sick)",
+            ["trigger", "result"],
+            registry=r,
+        )
+        self.gpu_healthy = Gauge(
+            "distrs_gpu_healthy", "1 while the last GPU health check passed, else 0", registry=r
+        )
+        if gpu_read is not None:
+            r.register(GpuCollector(gpu_read))  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings
 
 from distrs.config import PlannerSettings, ProxySettings, StoreSettings, WorkerSettings
 from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.rewards.math_reward import MathSettings
 from distrs.rewards.plugin import PluginSettings
 from distrs.sandbox.settings import SandboxSettings
@@ -22,6 +23,7 @@ SECTIONS: list[tuple[str, type[BaseSettings]]] = [
     ("Planner (`distrs planner`, `distrs up`)", PlannerSettings),
     ("Sandbox (workers)", SandboxSettings),
     ("Judged reward types: cpp, python, cuda (workers)", JudgeSettings),
+    ("Kernel reward type: kernelbench (workers)", KernelSettings),
     ("Math reward type (workers)", MathSettings),
     ("Reward plugins (workers)", PluginSettings),
 ]

@@ -17,7 +17,8 @@ so a correct program scores at least 1/2 and reaches 1 at ``speedup_cap`` (defau
 the reference speed; an incorrect one never beats a correct one of the same speed.
 
 Without a GPU the execute handler's ``ready()`` is false with the reason, so the worker does
-not lease execute work instead of failing it.
+not lease execute work instead of failing it. Results carry ``flags`` (``gpu_env.timing_flags``):
+timing on a MIG slice is per slice, timing on a time-sliced GPU is unfit to rank kernels.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import statistics
 from distrs.core.model import Status
 from distrs.rewards import judged_handler
 from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.gpu_env import timing_flags
 from distrs.rewards.judge import (
     JudgedPayload,
     JudgeSettings,
@@ -144,6 +146,7 @@ class ExecuteHandler(JudgedHandler):
             reference_time_s=p.reference_time_s,
             speedup=speedup,
             tests=case_details(v),
+            flags=timing_flags(),
             isolation=sandbox.isolation,
             **({"run": raw_run(v.first_run)} if p.mode == "raw" and v.first_run is not None else {}),
         )

@@ -81,6 +81,16 @@ class WorkerHost:
         with self._lock:
             return [s.worker for s in self._running() if not s.worker.draining]
 
+    def readiness(self) -> tuple[bool, str]:
+        """Ready while one running worker is (they share the process's GPU guard, if any)."""
+        live = self.live()
+        if not live:
+            return False, "no workers running"
+        answers = [w.readiness() for w in live]
+        if any(ok for ok, _ in answers):
+            return True, ""
+        return False, answers[0][1]
+
     def stopped(self) -> list[Worker]:
         """Workers drained and stopped, waiting to be revived."""
         with self._lock:
@@ -155,9 +165,17 @@ def _raise_stop(*_: object) -> None:
     raise _Stop
 
 
-def run_host(make_worker: Callable[[str], Worker], initial: int = 0, control: TextIO | None = None) -> None:
-    """Run ``initial`` workers; resize from ``control`` lines if given, else until SIGTERM/SIGINT."""
+def run_host(
+    make_worker: Callable[[str], Worker],
+    initial: int = 0,
+    control: TextIO | None = None,
+    on_start: Callable[[WorkerHost], object] | None = None,
+) -> None:
+    """Run ``initial`` workers; resize from ``control`` lines if given, else until SIGTERM/SIGINT.
+    ``on_start`` gets the host first (the CLI serves its /readyz and /metrics from it)."""
     host = WorkerHost(make_worker)
+    if on_start is not None:
+        on_start(host)
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, _raise_stop)
     host.resize(initial)

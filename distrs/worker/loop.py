@@ -17,7 +17,12 @@
   Kubernetes scale-down therefore never kills work (the chart's grace period ≥ stage timeout).
 * A handler exception, or a reward type this worker cannot serve (e.g. ``cuda`` on a worker with
   no GPU), ends the request ``internal_error`` with the reason: never blamed on the model.
-* Readiness is the conjunction of the handlers' ``ready()`` for the reward types it serves.
+* Readiness is the conjunction of the handlers' ``ready()`` for the reward types it serves and,
+  on a GPU worker, of the GPU's health (``worker.gpu_health``): checked before the first lease and
+  after any request that met a CUDA error, whose result becomes ``internal_error`` when the check
+  finds the GPU at fault. Each request's run time there is counted as GPU-seconds. Left to serve
+  every type of its stage, a worker skips those whose optional extra is not installed
+  (``core/extras.py``).
 """
 
 from __future__ import annotations
@@ -33,10 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distrs.core.bundles import bundle_size
+from distrs.core.extras import missing_extra
 from distrs.core.model import Status
 from distrs.core.stages import PipelineTable
+from distrs.metrics import WorkerMetrics
 from distrs.rewards.base import StageHandler, StageInput, StageOutput
 from distrs.rewards.registry import get_handler, registered
+from distrs.worker.gpu_health import GpuGuard
 from distrs.worker.proxy_client import LeaseRejected, ProxyClient, ProxyUnavailable
 
 log = logging.getLogger(__name__)
@@ -76,6 +84,8 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
         max_bundle: int = 1,
         bundle_target_s: float = 0.25,
+        gpu: GpuGuard | None = None,
+        metrics: WorkerMetrics | None = None,
         execution_log: str | None = None,
     ) -> None:
         if stage not in table.stages:
@@ -85,7 +95,13 @@ class Worker:
         self.table = table
         self.worker_id = worker_id or default_worker_id()
         serving = [t for t, rt in table.reward_types.items() if stage in rt.stages]
-        self.reward_types = [t for t in (reward_types or serving) if t in serving]
+        if reward_types is None:  # every type of the stage, less those whose optional extra is missing
+            for t in serving:
+                why = missing_extra(t)
+                if why is not None:
+                    log.info("worker does not serve %r: %s", t, why)
+            reward_types = [t for t in serving if missing_extra(t) is None]
+        self.reward_types = [t for t in reward_types if t in serving]
         self.wait_s = wait_s
         self.heartbeat_s = heartbeat_s
         self.clock = clock
@@ -101,6 +117,8 @@ class Worker:
             if (t, stage) in known:
                 self._handlers[t] = handler_for(t, stage)
         self.busy = False
+        self.gpu = gpu
+        self.metrics = metrics
 
     # readiness -------------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
@@ -113,6 +131,10 @@ class Worker:
             ok, why = h.ready()
             if not ok:
                 reasons.append(f"{t}: {why}")
+        if self.gpu is not None:
+            ok, why = self.gpu.ready()
+            if not ok:
+                reasons.append(why)
         return (not reasons), "; ".join(reasons)
 
     def request_drain(self) -> None:
@@ -131,6 +153,8 @@ class Worker:
     def run(self, idle_backoff_s: float = 1.0) -> None:
         said = None  # the not-ready reason last logged: one line per reason, not one per check
         while not self._draining.is_set():
+            if self.gpu is not None:
+                self.gpu.maybe_check()  # before the first lease; a sick GPU's periodic re-check
             ok, why = self.readiness()
             if not ok:
                 if why != said:
@@ -150,6 +174,10 @@ class Worker:
 
     def run_once(self) -> bool:
         """Lease and finish at most one request or bundle; True when one was handled."""
+        if self.gpu is not None:
+            self.gpu.maybe_check()
+            if not self.gpu.ready()[0]:  # a sick GPU leases nothing
+                return False
         k = bundle_size(self.mean_run_s, self.bundle_target_s, self.max_bundle)
         if k > 1:
             return self._run_bundle(k)
@@ -207,6 +235,10 @@ class Worker:
         t0 = self.clock()
         out = self._run_handler(lease)
         run_s = self.clock() - t0
+        if self.gpu is not None:
+            out = self.gpu.after_request(out)  # a CUDA error: was it the GPU? (checked now)
+            if self.metrics is not None:
+                self.metrics.request_gpu_seconds.labels(lease["reward_type"]).observe(run_s)
         self.stats.busy_s += run_s
         self._observe(run_s)
         body: dict[str, Any] = {"outcome": out.outcome, "run_s": run_s}

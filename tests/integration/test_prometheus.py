@@ -1,7 +1,8 @@
 """Every PromQL expression of the Grafana dashboard returns data from a real Prometheus.
 
-A real ``prometheus`` (the Debian package) scrapes a live proxy (with real workers) and a live
-``distrs planner`` process, both over a real redis-server, while a short synthetic replay runs:
+A real ``prometheus`` (the Debian package) scrapes a live proxy (with real workers), a live
+``distrs planner`` process, both over a real redis-server, and an execute worker's /metrics over a
+fake NVML (the GPU row), while a short synthetic replay runs:
 three batches of one task (some requests failing at compile), plus one request whose lease a
 "ghost" worker takes and abandons so a lease expires. Each dashboard expression is then run as a
 range query over the replay window, with the dashboard's variables filled in the way Grafana
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,6 +165,41 @@ def replay(client: httpx.Client, ghost: httpx.Client) -> None:
         assert statuses.count("compile_error") == 2 and statuses.count("ok") == 6
 
 
+@contextlib.contextmanager
+def gpu_worker_metrics() -> Iterator[str]:
+    """An execute worker's /metrics (the real ``WorkerMetrics`` behind the real health server) over
+    a fake NVML, while requests keep finishing on it and a health check finds the GPU sick once;
+    yields host:port. A real GPU is not needed for the GPU row's queries to be checked."""
+    from distrs.metrics import WorkerMetrics
+    from distrs.worker.health import serve_health
+    from tests.fixtures.gpu import FakeNvml
+
+    nvml = FakeNvml()
+    m = WorkerMetrics(gpu_read=lambda: [nvml.read(None)])
+    m.gpu_health_checks.labels("first", "healthy").inc()
+    m.gpu_healthy.set(1)
+    server = serve_health(0, lambda: (True, ""), host="127.0.0.1", registry=m.registry)
+    stop = threading.Event()
+
+    def requests() -> None:
+        n = 0
+        while not stop.wait(0.5):
+            n += 1
+            m.request_gpu_seconds.labels("cuda").observe(0.2 + 0.01 * (n % 7))
+            nvml.set(utilization=(n % 10) / 10, temperature_c=40.0 + n % 5)
+            if n % 4 == 0:
+                m.gpu_health_checks.labels("cuda_error", "sick" if n % 8 == 0 else "healthy").inc()
+
+    t = threading.Thread(target=requests, daemon=True)
+    t.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        stop.set()
+        t.join(5)
+        server.shutdown()
+
+
 def fill(expr: str) -> str:
     return expr.replace("$namespace", NAMESPACE).replace("$task", ".*").replace("$__rate_interval", "15s")
 
@@ -204,9 +241,14 @@ def test_every_dashboard_expression_returns_data(fresh_redis_server: Any) -> Non
             workers={"compile": 1, "execute": 1}, redis_url=fresh_redis_server.url, env=env
         ) as svc,
         planner_process(fresh_redis_server.url, svc.url, metrics_port, svc.workdir),
+        gpu_worker_metrics() as gpu_worker,
     ):
         assert httpx.get(f"{svc.url}/metrics").status_code == 401  # the scrape needs its token
-        targets = {"distrs-proxy": f"127.0.0.1:{svc.port}", "distrs-planner": f"127.0.0.1:{metrics_port}"}
+        targets = {
+            "distrs-proxy": f"127.0.0.1:{svc.port}",
+            "distrs-planner": f"127.0.0.1:{metrics_port}",
+            "distrs-worker-gpu": gpu_worker,
+        }
         tokens = {"distrs-proxy": METRICS_TOKEN}
         with prometheus(targets, tokens) as prom, svc.client() as client, svc.client(WORKER) as ghost:
             start = time.time()
@@ -217,6 +259,10 @@ def test_every_dashboard_expression_returns_data(fresh_redis_server: Any) -> Non
                 f"{prom}/api/v1/query",
                 params={"query": 'max_over_time(distrs_lease_expiries_total{stage="verify"}[1m])'},
             ).json()["data"]["result"]
-        assert {s["metric"]["job"]: s["value"][1] for s in up} == {"distrs-proxy": "1", "distrs-planner": "1"}
+        assert {s["metric"]["job"]: s["value"][1] for s in up} == {
+            "distrs-proxy": "1",
+            "distrs-planner": "1",
+            "distrs-worker-gpu": "1",
+        }
         assert missing == [], "no data for:\n" + "\n".join(missing) + "\n" + svc.logs()[-3000:]
         assert expired and float(expired[0]["value"][1]) >= 1, "the ghost's abandoned lease was not counted"

@@ -26,6 +26,7 @@ from distrs_client.errors import (
     ServiceUnavailableError,
 )
 from distrs_client.extract import build_payload, extract_code
+from distrs_client.kernelbench import kernelbench_payload, load_problem
 from distrs_client.models import RewardResult, StageTiming
 from distrs_client.retry import RetryPolicy
 from distrs_client.sync import RewardClient
@@ -54,5 +55,7 @@ __all__ = [
     "Transport",
     "build_payload",
     "extract_code",
+    "kernelbench_payload",
+    "load_problem",
 ]
 __version__ = "0.1.0"

@@ -2,7 +2,9 @@
 
 Trainer adapters ask once and then keep rows of an unknown reward type out of their batches (a
 row the service cannot score costs nothing instead of failing or stalling the whole batch).
-Answers ``{"reward_types": {NAME: {"stages": [...]}}}`` for the table the proxy serves.
+Answers ``{"reward_types": {NAME: {"stages": [...], "ready": bool, "reason"?: str}}}`` for the
+table the proxy serves; ``ready`` is false for a type whose optional extra is not installed here
+(``kernelbench`` without ``distrs[kernels]``), and ``reason`` names the extra.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from distrs.core.extras import missing_extra
 from distrs.proxy.auth import Role
 from distrs.proxy.deps import authorize
 
@@ -21,8 +24,8 @@ router = APIRouter(prefix="/v1", tags=["trainer"])
 async def reward_types(request: Request) -> dict[str, Any]:
     """Every served reward type and the stages it visits."""
     st, _ = authorize(request, Role.TRAINER)
-    return {
-        "reward_types": {
-            name: {"stages": list(rt.stages)} for name, rt in sorted(st.table.reward_types.items())
-        }
-    }
+    out: dict[str, Any] = {}
+    for name, rt in sorted(st.table.reward_types.items()):
+        why = missing_extra(name)
+        out[name] = {"stages": list(rt.stages), "ready": why is None, **({"reason": why} if why else {})}
+    return {"reward_types": out}

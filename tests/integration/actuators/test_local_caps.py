@@ -57,3 +57,13 @@ async def test_up_plans_within_the_cpu_cap() -> None:
         assert running.actuator.stage_caps.get("compile") == 2
     assert decision.replicas["compile"] == 2  # CPU stage: within the cap
     assert decision.replicas["execute"] > 2  # GPU stage: not capped
+
+
+async def test_up_caps_gpu_stages_when_asked() -> None:
+    """``distrs up --gpu-workers 1``: one worker per GPU stage (a one-GPU machine), CPU stages apart."""
+    async with serve(port=0, insecure=True, max_workers=8, cpu_stage_cap=3, gpu_stage_cap=1) as running:
+        caps = dict(running.actuator.stage_caps)
+    table = load_pipelines(None)
+    gpu = {n for n, s in table.stages.items() if s.resource is ResourceClass.GPU}
+    assert gpu and all(caps[n] == 1 for n in gpu)
+    assert all(caps[n] == 3 for n in table.stages if n not in gpu)

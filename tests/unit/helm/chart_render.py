@@ -3,8 +3,9 @@
 Shared by the chart tests: ``render(values)`` returns the parsed objects of one release;
 ``validate(obj)`` checks an object against the Kubernetes OpenAPI schema (kubernetes-validate,
 strict: unknown fields are errors) for the newest Kubernetes release the package knows.
-prometheus-operator's ServiceMonitor is a CRD kubernetes-validate has no schema for; it is checked
-against the subset of the CRD's schema the chart uses (``SERVICE_MONITOR_SCHEMA``).
+prometheus-operator's ServiceMonitor and PodMonitor are CRDs kubernetes-validate has no schema for;
+they are checked against the subset of the CRDs' schemas the chart uses (``SERVICE_MONITOR_SCHEMA``,
+``POD_MONITOR_SCHEMA``).
 """
 
 from __future__ import annotations
@@ -89,6 +90,44 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
 }
 
 
+# From monitoring.coreos.com/v1 PodMonitor, the fields we use (the GPU workers' /metrics).
+POD_MONITOR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PodMonitor"},
+        "metadata": {"type": "object", "required": ["name"]},
+        "spec": {
+            "type": "object",
+            "required": ["selector", "podMetricsEndpoints"],
+            "additionalProperties": False,
+            "properties": {
+                "namespaceSelector": SERVICE_MONITOR_SCHEMA["properties"]["spec"]["properties"][
+                    "namespaceSelector"
+                ],
+                "selector": SERVICE_MONITOR_SCHEMA["properties"]["spec"]["properties"]["selector"],
+                "podMetricsEndpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            k: v
+                            for k, v in SERVICE_MONITOR_SCHEMA["properties"]["spec"]["properties"][
+                                "endpoints"
+                            ]["items"]["properties"].items()
+                            if k in ("port", "path", "interval", "scrapeTimeout")
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
 def render(values: dict[str, Any] | None = None, *, chart: Any = None) -> list[dict[str, Any]]:
     """Objects of one rendered release (NOTES.txt and empty templates left out)."""
     import helm_python as helm
@@ -111,6 +150,9 @@ def render(values: dict[str, Any] | None = None, *, chart: Any = None) -> list[d
 def validate(obj: dict[str, Any]) -> None:
     if obj.get("kind") == "ServiceMonitor":
         jsonschema.validate(obj, SERVICE_MONITOR_SCHEMA)
+        return
+    if obj.get("kind") == "PodMonitor":
+        jsonschema.validate(obj, POD_MONITOR_SCHEMA)
         return
     kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
 

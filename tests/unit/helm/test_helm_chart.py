@@ -43,6 +43,13 @@ CASES: dict[str, dict[str, Any]] = {
             }
         }
     },
+    "gpu-whole": {"workers": {"stages": {"execute": {"gpuResource": "nvidia.com/gpu", "gpus": 1}}}},
+    "gpu-mig": {"workers": {"stages": {"execute": {"gpuResource": "nvidia.com/mig-1g.10gb"}}}},
+    "gpu-time-sliced": {
+        "workers": {
+            "stages": {"execute": {"gpuResource": "nvidia.com/gpu.shared", "gpuSharing": "time-sliced"}}
+        }
+    },
     "monitoring": {
         "metrics": {
             "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
@@ -221,6 +228,56 @@ def test_gpu_stage_gets_gpus_node_selector_and_tolerations(rendered: dict[str, A
     assert "tolerations" not in cpu and "nodeSelector" not in cpu
 
 
+@pytest.mark.parametrize(
+    ("case", "resource", "sharing", "flags"),
+    [
+        ("defaults", "nvidia.com/gpu", "exclusive", []),
+        ("gpu-whole", "nvidia.com/gpu", "exclusive", []),
+        ("gpu-mig", "nvidia.com/mig-1g.10gb", "mig", ["mig_slice"]),
+        ("gpu-time-sliced", "nvidia.com/gpu.shared", "time-sliced", ["time_sliced_gpu"]),
+    ],
+)
+def test_gpu_stage_modes(
+    rendered: dict[str, Any], case: str, resource: str, sharing: str, flags: list[str]
+) -> None:
+    """Whole GPU, one MIG slice per worker, time-sliced: the resource the pod asks for, and what
+    the worker is told, which decides the flags its results carry."""
+    from distrs.rewards.gpu_env import timing_flags
+
+    dep = one(rendered[case], "Deployment", f"{F}-worker-execute")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    gpu_limits = {k: v for k, v in c["resources"]["limits"].items() if k.startswith("nvidia.com/")}
+    assert gpu_limits == {resource: 1}  # one GPU or one slice per execute worker
+    env = env_of(c)
+    assert (env["DISTRS_GPU_RESOURCE"], env["DISTRS_GPU_SHARING"]) == (resource, sharing)
+    assert [f["flag"] for f in timing_flags(env)] == flags
+    assert dep["spec"]["template"]["metadata"]["labels"]["distrs.io/resource-class"] == "gpu"
+    cpu = one(rendered[case], "Deployment", f"{F}-worker-compile")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert "DISTRS_GPU_SHARING" not in env_of(cpu)
+
+
+def test_gpu_workers_metrics_are_scraped(rendered: dict[str, Any]) -> None:
+    objs = rendered["monitoring"]
+    pm = one(objs, "PodMonitor", f"{F}-gpu-workers")
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    assert ep["path"] == "/metrics" and ep["port"] == "health"
+    selected = [
+        d["metadata"]["name"]
+        for d in find(objs, "Deployment")
+        if pm["spec"]["selector"]["matchLabels"].items()
+        <= d["spec"]["template"]["metadata"]["labels"].items()
+    ]
+    assert selected == [f"{F}-worker-execute"]
+    ports = {
+        p["name"]
+        for p in one(objs, "Deployment", selected[0])["spec"]["template"]["spec"]["containers"][0]["ports"]
+    }
+    assert "health" in ports
+    assert find(rendered["defaults"], "PodMonitor") == []  # only with monitoring on
+
+
 def test_redis_statefulset_has_pvc_and_aof(rendered: dict[str, Any]) -> None:
     sts = one(rendered["defaults"], "StatefulSet", f"{F}-redis")
     args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -386,6 +443,10 @@ def test_dashboard_configmap_is_the_generated_dashboard(rendered: dict[str, Any]
         ({"proxy": {"queuePolicy": "lifo"}}, "queuePolicy"),
         ({"planner": {"replicas": 0}}, "replicas"),
         ({"workers": {"stages": {"x": {"enabled": True}}}}, "resourceClass"),
+        ({"workers": {"stages": {"execute": {"gpuResource": "nvidia.com/mig-1g.10gb", "gpus": 2}}}}, "gpus"),
+        ({"workers": {"stages": {"execute": {"gpuSharing": "time-sliced", "gpus": 2}}}}, "gpus"),
+        ({"workers": {"stages": {"execute": {"gpuSharing": "shared"}}}}, "gpuSharing"),
+        ({"workers": {"stages": {"execute": {"gpuResource": "a gpu"}}}}, "gpuResource"),
     ],
 )
 def test_schema_rejects_bad_values_naming_the_field(chart: Any, values: dict[str, Any], field: str) -> None:

@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 
 from distrs import dashboards
-from distrs.metrics import Metrics
+from distrs.metrics import GPU_GAUGES, Metrics, WorkerMetrics
+from tests.fixtures.gpu import HEALTHY
 
 METRIC = re.compile(r"\b(distrs_[a-z_]+)")
 
 
 def exported_names() -> set[str]:
     names = set()
-    for family in Metrics().registry.collect():
+    worker = WorkerMetrics(gpu_read=lambda: [HEALTHY])  # an execute worker's /metrics, fake NVML
+    for family in [*Metrics().registry.collect(), *worker.registry.collect()]:
         names.add(family.name)
         if family.type == "counter":
             names.add(family.name + "_total")
@@ -46,6 +48,11 @@ def test_every_query_uses_exported_metrics() -> None:
         "distrs_planner_decision_seconds_bucket",
         "distrs_lease_expiries_total",
         "distrs_lease_releases_total",
+        "distrs_request_gpu_seconds_sum",
+        "distrs_request_gpu_seconds_bucket",
+        "distrs_gpu_healthy",
+        "distrs_gpu_health_checks_total",
+        *(name for name, _, _ in GPU_GAUGES),
     ):
         assert family in used, f"the dashboard does not show {family}"
     assert any("histogram_quantile(0.99" in e and "extra_delay" in e for e in exprs)
@@ -87,3 +94,22 @@ def test_queries_parse_as_promql(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{len(exprs)} rules found" in out.stdout
+
+
+def test_built_with_the_grafana_sdk_and_has_a_gpu_row() -> None:
+    from grafana_foundation_sdk.builders.dashboard import Dashboard
+
+    assert isinstance(dashboards.builder(), Dashboard)
+    d = dashboards.build()
+    assert d["schemaVersion"] >= 39 and d["uid"] == dashboards.UID
+    rows = [p["title"] for p in d["panels"] if p["type"] == "row"]
+    assert rows[-1] == "GPU execute workers"
+    gpu_at = next(i for i, p in enumerate(d["panels"]) if p["title"] == "GPU execute workers")
+    gpu_exprs = [t["expr"] for p in d["panels"][gpu_at + 1 :] for t in p["targets"]]
+    assert all("distrs_gpu_" in e or "distrs_request_gpu_seconds" in e for e in gpu_exprs)
+    units = {p["title"]: p["fieldConfig"]["defaults"]["unit"] for p in d["panels"][gpu_at + 1 :]}
+    assert units["GPU memory used"] == "bytes" and units["GPU temperature"] == "celsius"
+    assert units["GPU clocks"] == "hertz" and units["GPU utilisation"] == "percentunit"
+    namespace = next(v for v in d["templating"]["list"] if v["name"] == "namespace")
+    assert namespace["query"]["query"] == "label_values(distrs_queue_depth, namespace)"
+    assert namespace["allValue"] == ".*" and namespace["multi"] and namespace["includeAll"]

@@ -139,3 +139,30 @@ def test_a_crashed_worker_stops_until_the_next_scale_up() -> None:
         time.sleep(0.01)
     assert made[0].runs == 2 and len(made) == 1
     host.drain_all(5)
+
+
+def test_host_readiness_follows_its_running_workers() -> None:
+    from distrs.worker.host import WorkerHost
+
+    class W:
+        def __init__(self, ok: bool) -> None:
+            self.ok = ok
+            self.draining = False
+            self.busy = False
+            self.worker_id = "w"
+
+        def readiness(self) -> tuple[bool, str]:
+            return self.ok, "" if self.ok else "GPU sick"
+
+    h = WorkerHost(lambda wid: W(False))  # type: ignore[arg-type,return-value]
+    assert h.readiness() == (False, "no workers running")
+    h._slots.append(_slot_of(W(False)))
+    assert h.readiness() == (False, "GPU sick")
+    h._slots.append(_slot_of(W(True)))
+    assert h.readiness() == (True, "")  # one ready worker: the host serves
+
+
+def _slot_of(w: object) -> object:
+    from distrs.worker.host import _Slot
+
+    return _Slot(w)  # type: ignore[arg-type]

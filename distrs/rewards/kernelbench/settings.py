@@ -1,0 +1,78 @@
+"""Settings of the ``kernelbench`` reward type (``DISTRS_KERNELS_*``), built once per worker."""
+
+from __future__ import annotations
+
+import functools
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class KernelSettings(BaseSettings):
+    """How kernels are built on compile workers and judged on execute workers."""
+
+    model_config = SettingsConfigDict(env_prefix="DISTRS_KERNELS_", extra="ignore")
+
+    python: str = Field(
+        default="",
+        description="Interpreter with torch and ninja (the 'kernels' extra); empty = the worker's own.",
+    )
+    cuda_arch_list: str = Field(
+        default="9.0",
+        description="TORCH_CUDA_ARCH_LIST the compile stage builds for: the execute pool's GPUs "
+        "(9.0 for H100/H200, 8.0 for A100; several separated by ';').",
+    )
+    cuda_home: str = Field(
+        default="/usr/local/cuda", description="CUDA toolkit the compile stage uses (nvcc)."
+    )
+    build_jobs: int = Field(
+        default=2,
+        ge=1,
+        description="Parallel compiler jobs per build (MAX_JOBS for ninja): the pod's CPU limit.",
+    )
+    compile_time_s: float = Field(
+        default=600.0, gt=0, description="Build wall limit (capped by the stage budget)."
+    )
+    compile_memory_mb: int = Field(
+        default=16384, gt=0, description="Writable memory of a build (nvcc and g++)."
+    )
+    cache_mb: int = Field(
+        default=512, ge=0, description="In-memory cache of recent builds per compile worker."
+    )
+    cache_dir: str = Field(
+        default="",
+        description="Directory of a content-addressed build cache shared by compile workers (a volume); "
+        "empty = memory only.",
+    )
+    pch: bool = Field(
+        default=True,
+        description="Precompile torch/extension.h per set of extra C++ flags (in the background, once) and "
+        "let builds use it; g++ ignores a header that does not match, so modules are the same either way.",
+    )
+    execute_memory_mb: int = Field(default=16384, gt=0, description="Writable memory of one judging process.")
+    device: str = Field(
+        default="cuda",
+        pattern="^(cuda|cpu)$",
+        description="What this execute worker owns: one GPU ('cuda') or only CPUs ('cpu': CPU extensions "
+        "of backend 'cpp'; CUDA requests then end internal_error).",
+    )
+    trial_time_s: float = Field(
+        default=30.0, gt=0, description="Wall limit of one reply of a judging process."
+    )
+    startup_time_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Wall limit for a judging process to import torch and build its model.",
+    )
+    spot_checks: int = Field(
+        default=3, ge=1, description="Timed calls whose full output is re-checked against the reference."
+    )
+    excessive_speedup: float = Field(
+        default=10.0, gt=1, description="Speedups above this are flagged (KernelBench's threshold)."
+    )
+    threads: int = Field(default=1, ge=1, description="torch CPU threads in a judging process (device cpu).")
+
+
+@functools.cache
+def kernel_settings() -> KernelSettings:
+    return KernelSettings()

@@ -1,0 +1,97 @@
+"""The kernel toolchain a worker offers its jails: interpreter with torch, CUDA, compilers.
+
+Asked once per process: whether torch and ninja import in the configured interpreter (the
+``kernels`` extra), their versions, and the identity of the compilers (real path, size, mtime),
+which every build-cache key includes, so an upgraded toolchain never reuses an old build.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import subprocess
+
+from distrs.rewards.compile_cache import tool_identity
+from distrs.rewards.interpreter import interpreter
+from distrs.rewards.kernelbench.settings import KernelSettings
+from distrs.sandbox import Mounts
+
+EXTRA_HINT = "pip install 'distrs[kernels]' (torch and ninja) in the worker's interpreter"
+_PROBE = (
+    "import json, sys\n"
+    "try:\n"
+    "    import torch, ninja\n"
+    "except Exception as e:\n"
+    "    print(json.dumps({'ok': False, 'error': f'{type(e).__name__}: {e}'})); sys.exit(0)\n"
+    "print(json.dumps({'ok': True, 'torch': torch.__version__, 'cuda': torch.version.cuda}))\n"
+)
+
+
+@functools.cache
+def probe(python: str) -> dict[str, object]:
+    """``{"ok": True, "torch": ..., "cuda": ...}`` or ``{"ok": False, "error": ...}`` for ``python``."""
+    exe, _ = interpreter(python)
+    try:
+        out = subprocess.run([exe, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=120).stdout
+        result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+        return result
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        return {"ok": False, "error": f"cannot run {exe}: {e}"}
+
+
+def readiness(settings: KernelSettings) -> tuple[bool, str]:
+    p = probe(settings.python)
+    if not p.get("ok"):
+        return False, f"the kernelbench type needs torch and ninja ({p.get('error')}): {EXTRA_HINT}"
+    return True, ""
+
+
+def jail_env(settings: KernelSettings, *, build: bool) -> dict[str, str]:
+    """What a kernel jail sees: the interpreter's bin (ninja) and CUDA's on PATH, no secrets."""
+    exe, _ = interpreter(settings.python)
+    path = f"{os.path.dirname(exe)}:{settings.cuda_home}/bin:/usr/local/bin:/usr/bin:/bin"
+    env = {
+        "PATH": path,
+        "CUDA_HOME": settings.cuda_home,
+        "TORCH_CUDA_ARCH_LIST": settings.cuda_arch_list,
+        "TORCH_EXTENSIONS_DIR": "/tmp/torch_extensions",
+        "OMP_NUM_THREADS": str(settings.threads),
+        "MKL_NUM_THREADS": str(settings.threads),
+        "OPENBLAS_NUM_THREADS": str(settings.threads),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    if build:
+        env["MAX_JOBS"] = str(settings.build_jobs)
+        env["TMPDIR"] = "/jail/work"  # nvcc's intermediates on the session's disk, not /tmp
+    elif "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return env
+
+
+def jail_mounts(settings: KernelSettings, extra: Mounts | None = None) -> Mounts:
+    _, mounts = interpreter(settings.python)
+    ro = {*mounts.ro_paths, os.path.realpath(settings.cuda_home)}
+    ro = {p for p in ro if os.path.exists(p) and not p.startswith("/usr/")}
+    if extra is None:
+        return Mounts(ro_paths=tuple(sorted(ro)))
+    return Mounts(ro_paths=tuple(sorted(ro | set(extra.ro_paths))), dev_paths=extra.dev_paths, sys=extra.sys)
+
+
+@functools.cache
+def toolchain_key(settings_json: str) -> str:
+    """A hash of everything besides the call that decides what a build produces."""
+    settings = KernelSettings.model_validate_json(settings_json)
+    p = probe(settings.python)
+    nvcc = os.path.join(settings.cuda_home, "bin", "nvcc")
+    parts = [
+        "kb-toolchain/1",
+        str(p.get("torch")),
+        str(p.get("cuda")),
+        tool_identity(nvcc) if os.path.exists(nvcc) else "no-nvcc",
+        tool_identity("c++"),
+        tool_identity("g++"),
+        settings.cuda_arch_list,
+    ]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
