@@ -3,8 +3,9 @@
 It validates the payload (DESIGN.md "Command line": ``code``, ``tests``, ``compare``,
 ``float_tol``, ``scoring``, ``reference_time_s``; plus optional ``time_limit_s`` and
 ``memory_limit_mb`` (which may lower the default and raise it up to ``DISTRS_JUDGE_MAX_MEMORY_MB``),
-``files`` (plain file name -> base64 content, written next to the program), ``fetch_files``
-(file names read back after the run into ``detail.files``, base64) and ``mode: "raw"`` to also
+``files`` (relative file path -> base64 content, written into the work dir with its
+directories), ``fetch_files`` (paths read back after the run into ``detail.files``, base64;
+relative to the work dir, or absolute as the program sees them) and ``mode: "raw"`` to also
 get the first case's run in ``detail.run`` with up to SandboxFusion's 1 MiB per stream), runs a
 program once per test case inside a sandbox session, compares outputs and scores the run.
 
@@ -148,26 +149,53 @@ def _num(payload: dict[str, Any], name: str, *, positive: bool = True) -> float 
 MAX_FILES = 64
 MAX_FILES_BYTES = 8 * MiB
 FETCH_FILE_BYTES = 1 * MiB
-_FILE_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._+-]{1,128}$")
+MAX_PATH_CHARS = 1024
+MAX_PATH_DEPTH = 32
+_BAD_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def check_file_path(name: Any, field: str, *, absolute: bool = False) -> str:
+    """A path for ``files`` (``absolute=False``) or ``fetch_files`` (``absolute=True``), as
+    SandboxFusion takes them: a relative path of plain components (``dir1/dir2/f``) meant inside
+    the work dir, or for ``fetch_files`` also an absolute path as the program sees it. ``..``,
+    ``.``, empty components, backslashes and control characters are refused (InvalidPayload
+    naming the entry), so no entry can leave the work dir by its spelling; the sandbox session
+    never follows a symlink either (``sandbox/workdir.py``)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidPayload(field, f"{name!r} is not a file path")
+    if len(name) > MAX_PATH_CHARS or _BAD_PATH_CHARS.search(name):
+        raise InvalidPayload(
+            field, f"{name[:80]!r}: at most {MAX_PATH_CHARS} characters, no control characters or backslashes"
+        )
+    rel = name
+    if name.startswith("/"):
+        if not absolute:
+            raise InvalidPayload(field, f"{name!r} is an absolute path; give a path relative to the work dir")
+        rel = name[1:]
+    parts = rel.split("/")
+    if len(parts) > MAX_PATH_DEPTH or any(p in ("", ".", "..") for p in parts):
+        raise InvalidPayload(
+            field,
+            f"{name!r} is not a plain path: no '..', '.' or empty components, at most {MAX_PATH_DEPTH} deep",
+        )
+    return name
 
 
 def check_file_name(name: Any, field: str) -> str:
-    """A plain file name for the work dir (no directories); InvalidPayload otherwise."""
-    if not isinstance(name, str) or not _FILE_NAME.match(name):
-        raise InvalidPayload(field, f"{name!r} is not a plain file name (letters, digits, . _ + -; no '/')")
-    return name
+    """A relative file path for the work dir (see :func:`check_file_path`)."""
+    return check_file_path(name, field)
 
 
 def _files(payload: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
     raw = payload.get("files") or {}
     if not isinstance(raw, dict):
-        raise InvalidPayload("files", "must be an object {file name: base64 content}")
+        raise InvalidPayload("files", "must be an object {file path: base64 content}")
     if len(raw) > MAX_FILES:
         raise InvalidPayload("files", f"at most {MAX_FILES} files")
     out = []
     total = 0
     for name, content in raw.items():
-        check_file_name(name, "files")
+        check_file_path(name, "files")
         if content is None:
             continue  # SandboxFusion skips files without content
         if not isinstance(content, str):
@@ -180,14 +208,24 @@ def _files(payload: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
         if total > MAX_FILES_BYTES:
             raise InvalidPayload("files", f"more than {MAX_FILES_BYTES} bytes in all")
         out.append((name, data))
+    check_no_clash([n for n, _ in out])
     return tuple(out)
+
+
+def check_no_clash(names: Sequence[str]) -> None:
+    """No ``files`` entry may be a directory of another (``a`` and ``a/b``): one would have to
+    replace the other."""
+    dirs = {"/".join(n.split("/")[:i]) for n in names for i in range(1, n.count("/") + 1)}
+    for n in names:
+        if n in dirs:
+            raise InvalidPayload("files", f"{n!r} is both a file and a directory of another entry")
 
 
 def _fetch_files(payload: dict[str, Any]) -> tuple[str, ...]:
     raw = payload.get("fetch_files") or []
     if not isinstance(raw, list) or len(raw) > MAX_FILES:
-        raise InvalidPayload("fetch_files", f"must be a list of at most {MAX_FILES} file names")
-    return tuple(check_file_name(n, "fetch_files") for n in raw)
+        raise InvalidPayload("fetch_files", f"must be a list of at most {MAX_FILES} file paths")
+    return tuple(check_file_path(n, "fetch_files", absolute=True) for n in raw)
 
 
 def parse_payload(payload: Any, settings: JudgeSettings, *, need_tests: bool = True) -> JudgedPayload:

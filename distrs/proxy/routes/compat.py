@@ -60,7 +60,7 @@ from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes.trainer import check_payload, too_many
 from distrs.proxy.schemas import ID_PATTERN, ID_RULE
-from distrs.rewards.judge import RAW_OUTPUT_BYTES, InvalidPayload, check_file_name
+from distrs.rewards.judge import RAW_OUTPUT_BYTES, InvalidPayload, check_file_path, check_no_clash
 from distrs.rewards.prompt_split import SplitError, split_response
 from distrs.rewards.routing import route
 from distrs.store.base import NewRequest
@@ -155,6 +155,7 @@ async def run_batch(
     items: list[tuple[str, dict[str, Any]]],
     wait_s: float,
     bulk_field: str = "body",
+    payload_limit: int | None = None,
 ) -> list[Result]:
     """Register a batch of ``(reward_type, payload)``, submit it and wait for every result.
 
@@ -166,7 +167,7 @@ async def run_batch(
     if len(items) > st.settings.max_bulk:
         raise too_many(bulk_field, len(items), st.settings.max_bulk)
     for i, (_, payload) in enumerate(items):
-        check_payload(st, payload, f"{bulk_field}.{i}" if bulk_field != "body" else "body")
+        check_payload(st, payload, f"{bulk_field}.{i}" if bulk_field != "body" else "body", payload_limit)
     public, task = task, who.scope(task)
     for rt, _ in items:
         if rt not in st.table.reward_types:
@@ -286,13 +287,23 @@ def run_code_payload(req: RunCodeRequest) -> dict[str, Any]:
 
 
 def check_run_code_files(req: RunCodeRequest) -> None:
-    """``files`` and ``fetch_files`` name plain files of the work dir, ``files`` hold base64."""
-    for field, names in (("files", list(req.files)), ("fetch_files", req.fetch_files)):
+    """``files`` are relative paths (nested directories allowed, as SandboxFusion writes them)
+    holding base64; ``fetch_files`` are relative or absolute paths as the program sees them.
+    ``..``, absolute ``files`` and the like are a 422 naming the entry (``judge.check_file_path``)."""
+    checks: list[tuple[str, list[str], bool]] = [("files", list(req.files), False)]
+    checks.append(("fetch_files", list(req.fetch_files), True))
+    for field, names, absolute in checks:
         for name in names:
             try:
-                check_file_name(name, field)
+                check_file_path(name, field, absolute=absolute)
             except InvalidPayload as e:
-                raise ApiError(422, "invalid_field", f"{field}: {e.message}", field=field) from None
+                raise ApiError(
+                    422, "invalid_field", f"{field}: {e.message}", field=field, entry=name
+                ) from None
+    try:
+        check_no_clash([n for n, v in req.files.items() if v is not None])
+    except InvalidPayload as e:
+        raise ApiError(422, "invalid_field", f"files: {e.message}", field="files") from None
     for name, content in req.files.items():
         if content is None:
             continue
@@ -300,7 +311,7 @@ def check_run_code_files(req: RunCodeRequest) -> None:
             base64.b64decode(content.encode("ascii"), validate=True)
         except (ValueError, UnicodeEncodeError):
             raise ApiError(
-                422, "invalid_field", f"files: {name!r} is not valid base64", field="files"
+                422, "invalid_field", f"files: {name!r} is not valid base64", field="files", entry=name
             ) from None
 
 
@@ -437,7 +448,8 @@ async def run_code(
     # verl gives each call compile_timeout + run_timeout + 10 s; answer (504 at worst) before that.
     own = body.compile_timeout + body.run_timeout + RUN_CODE_MARGIN_S
     wait_s = _wait_s(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, own)
-    (result,) = await run_batch(st, who, task, batch_id, [(rt, payload)], wait_s)
+    limit = st.settings.run_code_max_payload_bytes
+    (result,) = await run_batch(st, who, task, batch_id, [(rt, payload)], wait_s, payload_limit=limit)
     return JSONResponse(to_run_code_response(result, compiled).model_dump(mode="json"))
 
 

@@ -225,15 +225,24 @@ def test_raw_mode_reports_the_first_run() -> None:
     )
 
 
+def test_nested_files_and_absolute_fetch_files_are_accepted() -> None:
+    """SandboxFusion's shapes: files at nested relative paths, fetch_files absolute or nested."""
+    p = parse_payload({**GOOD, "files": {"dir1/dir2/f": "aGk="}, "fetch_files": ["/mnt/b", "out/c.txt"]}, S)
+    assert p.files == (("dir1/dir2/f", b"hi"),) and p.fetch_files == ("/mnt/b", "out/c.txt")
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
         ({"files": {"../x": "aGk="}}, "files"),
-        ({"files": {"a/b": "aGk="}}, "files"),
+        ({"files": {"/abs": "aGk="}}, "files"),
+        ({"files": {"a/./b": "aGk="}}, "files"),
+        ({"files": {"a": "aGk=", "a/b": "aGk="}}, "files"),
         ({"files": {"a": "%%%"}}, "files.a"),
         ({"files": {"a": 3}}, "files.a"),
         ({"files": ["a"]}, "files"),
-        ({"fetch_files": ["/etc/passwd"]}, "fetch_files"),
+        ({"fetch_files": ["/etc/../passwd"]}, "fetch_files"),
+        ({"fetch_files": ["a\\..\\b"]}, "fetch_files"),
         ({"fetch_files": "out.txt"}, "fetch_files"),
         ({"compile_time_limit_s": -1}, "compile_time_limit_s"),
     ],
