@@ -12,8 +12,10 @@
 * OpenRLHF ``POST /get_reward`` - the remote reward model protocol: ``{"query", "prompts",
   "labels"}`` in, ``{"rewards", "scores", "extra_logs"}`` out, scored with one reward type
   (``math`` unless the ``X-DistRS-Reward-Type`` header says otherwise). Only the response is
-  graded: it is split off each query with its prompt (``rewards/prompt_split.py``; a query that
-  cannot be split is a 422 naming ``prompts[i]``, never graded whole). The default wait (170 s)
+  graded: what follows the prompt inside each query (``rewards/prompt_split.py``: after leading
+  special tokens, or the prompt's longest end part when it was cut from the left); a row whose
+  prompt cannot be found at all is never graded whole: its reward is 0 and
+  ``extra_logs["distrs_prompt_not_found"]`` says why, and the rest of the call is scored. The default wait (170 s)
   ends before OpenRLHF's own 180 s request timeout, and a call without ``X-DistRS-Batch`` gets a
   batch id derived from its content, so the client's retry of a timed-out call waits on the
   same batch instead of running it again.
@@ -546,11 +548,13 @@ async def get_reward(
         )
     labels = body.labels or [None] * n
     items = []
+    rows: list[int] = []  # query index of each item; a row whose prompt is not found has none
     for i, (q, p, lab) in enumerate(zip(body.query, body.prompts, labels, strict=True)):
         try:
             response = split_response(q, p)
-        except SplitError as e:
-            raise ApiError(422, "unsplittable_query", f"prompts[{i}]: {e}", field=f"prompts[{i}]") from None
+        except SplitError:
+            continue
+        rows.append(i)
         items.append((rt, reward_payload(rt, response, lab)))
     task = _header_id(x_distrs_task, "X-DistRS-Task", _default_task("openrlhf", who))
     # Without X-DistRS-Batch the batch id is the call's content: OpenRLHF retries a timed-out call
@@ -560,10 +564,17 @@ async def get_reward(
     wait_s = (
         _wait_s(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, OPENRLHF_WAIT_S)
     )
-    results = await run_batch(st, who, task, batch_id, items, wait_s, "query")
-    rewards = [float(r.score) for r in results]
+    found = await run_batch(st, who, task, batch_id, items, wait_s, "query") if items else []
+    results: list[Result | None] = [None] * n
+    for i, r in zip(rows, found, strict=True):
+        results[i] = r
+    rewards = [float(r.score) if r is not None else 0.0 for r in results]
     extra_logs = {
-        "distrs_ok": [1.0 if r.status is Status.OK else 0.0 for r in results],
-        "distrs_internal_error": [1.0 if r.status is Status.INTERNAL_ERROR else 0.0 for r in results],
+        "distrs_ok": [1.0 if r is not None and r.status is Status.OK else 0.0 for r in results],
+        "distrs_internal_error": [
+            1.0 if r is not None and r.status is Status.INTERNAL_ERROR else 0.0 for r in results
+        ],
+        # 1.0: no part of the prompt was found in the query, so nothing was graded (reward 0)
+        "distrs_prompt_not_found": [1.0 if r is None else 0.0 for r in results],
     }
     return JSONResponse({"rewards": rewards, "scores": rewards, "extra_logs": extra_logs})
