@@ -22,6 +22,7 @@ from distrs_client.errors import (
     PermissionDeniedError,
     RateLimitedError,
     ResultsTimeoutError,
+    RewardFaultError,
     ServerError,
     ServiceUnavailableError,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "ResultsTimeoutError",
     "RetryPolicy",
     "RewardClient",
+    "RewardFaultError",
     "RewardResult",
     "ServerError",
     "ServiceUnavailableError",
