@@ -89,6 +89,12 @@ class ProxySettings(StoreSettings):
         description="How long /run_code and /get_reward wait for their batch, and the most an "
         "X-DistRS-Timeout header may ask for.",
     )
+    compat_fault_retries: int = Field(
+        2,
+        ge=0,
+        description="How many more times /run_code, /get_reward and /slime/reward run a request "
+        "that ended internal_error (a service fault, never the model's) before reporting it.",
+    )
     metrics_tenant_labels: bool = Field(
         False,
         description="Label metrics with TENANT/TASK names; off: the task label is 'all' (names no tenant).",

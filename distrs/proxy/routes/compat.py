@@ -46,6 +46,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import logging
 import math
 import re
 from typing import Any, Literal
@@ -68,6 +69,7 @@ from distrs.rewards.routing import route
 from distrs.store.base import NewRequest
 
 router = APIRouter(tags=["compat"])
+log = logging.getLogger(__name__)
 
 _ID = re.compile(ID_PATTERN)
 # SandboxFusion language name -> our reward type.
@@ -164,7 +166,8 @@ async def run_batch(
     Request ids are ``{batch_id}-{i}``, so re-running the same call with the same batch id is
     idempotent: the store reports duplicates and the first results are returned. ``task`` is
     the caller's name; the store sees its tenant-scoped name. Oversize calls and payloads are
-    refused (413) before anything is registered.
+    refused (413) before anything is registered. Requests that end ``internal_error`` are run
+    again (as new requests) up to ``compat_fault_retries`` times within the same wait.
     """
     if len(items) > st.settings.max_bulk:
         raise too_many(bulk_field, len(items), st.settings.max_bulk)
@@ -175,6 +178,46 @@ async def run_batch(
         if rt not in st.table.reward_types:
             known = ", ".join(sorted(st.table.reward_types))
             raise ApiError(422, "unknown_reward_type", f"reward type {rt!r} is not served; known: {known}")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    results = await _submit_and_wait(st, who, task, public, batch_id, items, deadline, wait_s)
+    # Faults are never a score: requests that ended internal_error run again as batches
+    # {batch_id}-f1, -f2, ... (fixed names, so a client's retry of this call reattaches to them).
+    for k in range(1, st.settings.compat_fault_retries + 1):
+        bad = [i for i, r in enumerate(results) if r.status is Status.INTERNAL_ERROR]
+        if not bad:
+            break
+        if k == 1:
+            first = results[bad[0]]
+            log.warning(
+                "compat %s/%s: %d of %d requests ended internal_error (%s); running them again up to %d times",
+                public,
+                batch_id,
+                len(bad),
+                len(results),
+                first.detail.get("error") or first.detail.get("reason") or "no reason given",
+                st.settings.compat_fault_retries,
+            )
+        again = await _submit_and_wait(
+            st, who, task, public, f"{batch_id}-f{k}", [items[i] for i in bad], deadline, wait_s
+        )
+        for i, r in zip(bad, again, strict=True):
+            results[i] = r
+    return results
+
+
+async def _submit_and_wait(
+    st: AppState,
+    who: Principal,
+    task: str,
+    public: str,
+    batch_id: str,
+    items: list[tuple[str, dict[str, Any]]],
+    deadline: float,
+    wait_s: float,
+) -> list[Result]:
+    """Register batch ``batch_id`` of the (already checked) items, submit them and wait until
+    ``deadline`` (loop time) for every result; 504 past it."""
     types = {rt for rt, _ in items}
     now = st.clock()
     info = BatchInfo(
@@ -204,7 +247,6 @@ async def run_batch(
         if n.request_id in accepted:
             st.metrics.requests_submitted.labels(n.reward_type).inc()
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
     while True:
         batch = await st.store.get_batch(task, batch_id)
         if batch is not None and batch.completed_at is not None:
