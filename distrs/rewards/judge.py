@@ -69,12 +69,26 @@ class JudgeSettings(BaseSettings):
         "interpreter start per request and a fork per case, instead of a jail and an interpreter "
         "per case (the same verdicts; see docs/sandbox.md).",
     )
-    compile_time_s: float = Field(default=60.0, gt=0, description="Compile wall limit (capped by the stage).")
+    compile_time_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Compile wall limit, and the most a payload's compile_time_limit_s (/run_code's "
+        "compile_timeout) is honoured up to (capped by the stage).",
+    )
     compile_memory_mb: int = Field(default=4096, gt=0, description="Compiler address-space limit.")
     compile_cache_mb: int = Field(
         default=256, ge=0, description="Per compile worker: size of the cache of recent compile outcomes."
     )
-    test_time_s: float = Field(default=10.0, gt=0, description="Default wall limit per test case.")
+    test_time_s: float = Field(
+        default=10.0, gt=0, description="Default wall limit per test case (when the payload names none)."
+    )
+    max_test_time_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Largest wall limit per test case a payload's time_limit_s (/run_code's "
+        "run_timeout) is honoured up to; a larger request is cut to it and the result says so. "
+        "The stage's timeout_s (pipelines) bounds it too.",
+    )
     memory_mb: int = Field(default=1024, gt=0, description="Default memory limit per test case.")
     max_memory_mb: int = Field(
         default=4096, gt=0, description="Largest memory limit a payload's memory_limit_mb may ask for."
@@ -309,12 +323,51 @@ def snippet(data: bytes | str, limit: int = SNIPPET_CHARS) -> str:
 
 def case_limits(p: JudgedPayload, settings: JudgeSettings, base: Limits) -> Limits:
     """Per-test limits: ``base`` with the time, memory and output limits of the settings. The
-    payload may lower the time limit, and set the memory limit up to ``max_memory_mb`` (as
-    SandboxFusion's ``memory_limit_MB`` does); memory stays unlimited where ``base`` leaves it so."""
-    wall = min(settings.test_time_s, p.time_limit_s or math.inf)
+    payload's time limit is honoured up to ``max_test_time_s`` (the default is ``test_time_s``),
+    and its memory limit up to ``max_memory_mb`` (as SandboxFusion's ``memory_limit_MB``);
+    memory stays unlimited where ``base`` leaves it so."""
+    wall = min(p.time_limit_s or settings.test_time_s, settings.max_test_time_s)
     mem_mb = min(settings.max_memory_mb, p.memory_limit_mb) if p.memory_limit_mb else settings.memory_mb
     mem = None if base.memory_bytes is None else mem_mb * MiB
     return replace(base, wall_s=wall, cpu_s=wall, memory_bytes=mem, output_bytes=settings.output_bytes)
+
+
+def limit_cuts(
+    p: JudgedPayload, settings: JudgeSettings, stage: str, stage_timeout_s: float, *, compiles: bool = False
+) -> dict[str, Any]:
+    """``{"limits_cut": [...]}`` when the payload asked for more time than it gets: one entry per
+    cut limit with the field, what was asked, what applies and the setting that decided it
+    (``DISTRS_JUDGE_MAX_TEST_TIME_S``, ``DISTRS_JUDGE_COMPILE_TIME_S`` or the stage's
+    ``timeout_s``); ``{}`` otherwise. ``compiles``: this stage also runs the compile step."""
+    budget = budget_of(stage_timeout_s)
+    stage_setting = f"stages.{stage}.timeout_s (pipelines: {stage_timeout_s:g} s)"
+    asked: list[tuple[str, float | None, float, str]] = [
+        ("time_limit_s", p.time_limit_s, settings.max_test_time_s, "DISTRS_JUDGE_MAX_TEST_TIME_S")
+    ]
+    if compiles:
+        asked.append(
+            (
+                "compile_time_limit_s",
+                p.compile_time_limit_s,
+                settings.compile_time_s,
+                "DISTRS_JUDGE_COMPILE_TIME_S",
+            )
+        )
+    cuts = []
+    for name, want, ceiling, setting in asked:
+        if want is None:
+            continue
+        got = min(want, ceiling, budget)
+        if got < want:
+            cuts.append(
+                {
+                    "field": name,
+                    "requested_s": want,
+                    "effective_s": round(got, 3),
+                    "setting": setting if ceiling <= budget else stage_setting,
+                }
+            )
+    return {"limits_cut": cuts} if cuts else {}
 
 
 @dataclass
@@ -484,7 +537,12 @@ def verdict_output(
 
 def stage_budget(inp: StageInput) -> float:
     """Time the handler may spend: the stage timeout less a small margin for reporting."""
-    return max(0.5, inp.timeout_s * 0.95 - 0.25)
+    return budget_of(inp.timeout_s)
+
+
+def budget_of(stage_timeout_s: float) -> float:
+    """:func:`stage_budget` of a stage with this timeout."""
+    return max(0.5, stage_timeout_s * 0.95 - 0.25)
 
 
 def encode_binary(data: bytes) -> str:

@@ -385,7 +385,33 @@ def _truncation_message(raw: dict[str, Any]) -> str:
     return msg
 
 
+_RUN_CODE_FIELDS = {"time_limit_s": "run_timeout", "compile_time_limit_s": "compile_timeout"}
+
+
+def cut_message(detail: dict[str, Any]) -> str:
+    """What the service cut of the request's time limits, naming the setting that decided it."""
+    parts = []
+    for c in detail.get("limits_cut") or ():
+        if isinstance(c, dict):
+            name = _RUN_CODE_FIELDS.get(str(c.get("field")), str(c.get("field")))
+            parts.append(
+                f"{name} {c.get('requested_s'):g} s was cut to {c.get('effective_s'):g} s by {c.get('setting')}"
+            )
+    return "; ".join(parts)
+
+
 def to_run_code_response(result: Result, compiled: bool) -> RunCodeResponse:
+    """:func:`map_run_code_result`, with any cut of the request's time limits said in ``message``
+    (SandboxFusion runs the program for the time the client asked; here the operator's ceiling
+    applies, and the response must not hide that)."""
+    resp = map_run_code_result(result, compiled)
+    cut = cut_message(result.detail)
+    if cut and resp.status != "SandboxError":
+        resp.message = f"{resp.message}; {cut}" if resp.message else cut
+    return resp
+
+
+def map_run_code_result(result: Result, compiled: bool) -> RunCodeResponse:
     """Map a judged result to SandboxFusion's response.
 
     ``compiled``: the language has a compile step (a ``compile_result`` is reported for it).
