@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import math
 import re
 import time
@@ -332,18 +333,31 @@ def case_limits(p: JudgedPayload, settings: JudgeSettings, base: Limits) -> Limi
     return replace(base, wall_s=wall, cpu_s=wall, memory_bytes=mem, output_bytes=settings.output_bytes)
 
 
+LIMITS_CUT_ARTIFACT = "limits_cut"  # the compile stage's cuts, carried to the run stage (JSON)
+
+
 def limit_cuts(
-    p: JudgedPayload, settings: JudgeSettings, stage: str, stage_timeout_s: float, *, compiles: bool = False
+    p: JudgedPayload,
+    settings: JudgeSettings,
+    stage: str,
+    stage_timeout_s: float,
+    *,
+    compiles: bool = False,
+    runs: bool = True,
+    earlier: str | None = None,
 ) -> dict[str, Any]:
     """``{"limits_cut": [...]}`` when the payload asked for more time than it gets: one entry per
     cut limit with the field, what was asked, what applies and the setting that decided it
     (``DISTRS_JUDGE_MAX_TEST_TIME_S``, ``DISTRS_JUDGE_COMPILE_TIME_S`` or the stage's
-    ``timeout_s``); ``{}`` otherwise. ``compiles``: this stage also runs the compile step."""
+    ``timeout_s``); ``{}`` otherwise. ``compiles``/``runs``: this stage runs the compile step /
+    the tests; ``earlier``: the cuts an earlier stage reported (its ``limits_cut`` artifact)."""
     budget = budget_of(stage_timeout_s)
     stage_setting = f"stages.{stage}.timeout_s (pipelines: {stage_timeout_s:g} s)"
-    asked: list[tuple[str, float | None, float, str]] = [
-        ("time_limit_s", p.time_limit_s, settings.max_test_time_s, "DISTRS_JUDGE_MAX_TEST_TIME_S")
-    ]
+    asked: list[tuple[str, float | None, float, str]] = []
+    if runs:
+        asked.append(
+            ("time_limit_s", p.time_limit_s, settings.max_test_time_s, "DISTRS_JUDGE_MAX_TEST_TIME_S")
+        )
     if compiles:
         asked.append(
             (
@@ -353,7 +367,13 @@ def limit_cuts(
                 "DISTRS_JUDGE_COMPILE_TIME_S",
             )
         )
-    cuts = []
+    cuts: list[dict[str, Any]] = []
+    if earlier:
+        try:
+            prior = json.loads(earlier)
+        except ValueError:
+            prior = []
+        cuts += [c for c in prior if isinstance(c, dict)] if isinstance(prior, list) else []
     for name, want, ceiling, setting in asked:
         if want is None:
             continue

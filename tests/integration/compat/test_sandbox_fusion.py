@@ -168,3 +168,15 @@ def test_run_code_accepts_a_large_stdin_and_files_but_has_a_documented_limit(com
     huge = {"code": "print(1)", "stdin": "x" * (17 << 20)}
     r = requests.post(url(compat_service), json=huge, timeout=60)
     assert r.status_code == 413 and "16777216" in r.json()["error"]["message"]
+
+
+def test_cut_time_limits_are_said_in_message_for_compiled_languages_too(compat_service: Service) -> None:
+    """The compile stage's cut travels with the binary to the run stage's result."""
+    code = '#include <cstdio>\nint main(){puts("ok");}'
+    body = {"code": code, "language": "cpp", "compile_timeout": 100, "run_timeout": 100}
+    for _ in range(2):  # the second call is served from the compile cache: still reported
+        resp = requests.post(url(compat_service), json=body, timeout=120).json()
+        assert resp["status"] == "Success" and resp["run_result"]["stdout"] == "ok\n"
+        assert "compile_timeout 100 s was cut to 60 s by DISTRS_JUDGE_COMPILE_TIME_S" in resp["message"]
+        assert "run_timeout 100 s was cut to 56.75 s by stages.run.timeout_s" in resp["message"]
+        body["stdin"] = "x"  # a new request (not the first call's batch), same program

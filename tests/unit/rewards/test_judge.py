@@ -288,3 +288,14 @@ def test_bad_files_name_the_field(extra: dict[str, object], field: str) -> None:
 def test_files_decode_and_none_is_skipped() -> None:
     p = parse_payload({**GOOD, "files": {"in.txt": "aGk=", "gone": None}, "fetch_files": ["out.txt"]}, S)
     assert p.files == (("in.txt", b"hi"),) and p.fetch_files == ("out.txt",)
+
+
+def test_limit_cuts_carry_the_compile_stages_cuts() -> None:
+    p = parse_payload({**GOOD, "compile_time_limit_s": 90, "time_limit_s": 100}, S)
+    compile_cut = limit_cuts(p, S, "compile", 120.0, compiles=True, runs=False)["limits_cut"]
+    assert [c["field"] for c in compile_cut] == ["compile_time_limit_s"]
+    import json
+
+    both = limit_cuts(p, S, "run", 120.0, earlier=json.dumps(compile_cut))["limits_cut"]
+    assert [c["field"] for c in both] == ["compile_time_limit_s", "time_limit_s"]
+    assert limit_cuts(p, S, "run", 120.0, earlier="not json")["limits_cut"][0]["field"] == "time_limit_s"
