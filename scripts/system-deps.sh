@@ -3,12 +3,15 @@
 # redis-server: the production store; prometheus: scrape tests; bubblewrap: sandbox jail; g++: cpp rewards.
 # podman + runc (+ CNI plugins, uidmap for user-namespaced pods): the pod-runtime tier (tests/pods)
 # and `make images`; mmdebstrap: the local Debian base images; openssl: the tier's API-server TLS.
+# node-typescript (brings nodejs): the typescript language, transpiled with TypeScript's own
+# transpileModule as SandboxFusion's tsx runs it (no type definitions needed; docs/sandbox.md).
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v g++ >/dev/null || need+=(g++)
+command -v tsc >/dev/null || need+=(node-typescript)
 command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
