@@ -68,6 +68,13 @@ class ProxySettings(StoreSettings):
         "every proxy replica of a release shares.",
     )
     max_payload_bytes: int = Field(1 << 20, ge=1024, description="Largest accepted request payload.")
+    run_code_max_payload_bytes: int = Field(
+        16 << 20,
+        ge=1024,
+        description="Largest POST /run_code request (as its judged payload). SandboxFusion sets no "
+        "limit of its own; 16 MiB holds files at their 8 MiB limit (base64), a source at "
+        "DISTRS_JUDGE_MAX_CODE_BYTES and several MiB of stdin.",
+    )
     max_body_bytes: int = Field(64 << 20, ge=1024, description="Largest accepted HTTP body.")
     max_artifact_bytes: int = Field(16 << 20, ge=1024, description="Largest artifact set per lease.")
     max_bulk: int = Field(4096, ge=1, description="Most requests in one bulk submit.")
@@ -92,6 +99,12 @@ class ProxySettings(StoreSettings):
         gt=0,
         description="How long /run_code and /get_reward wait for their batch, and the most an "
         "X-DistRS-Timeout header may ask for.",
+    )
+    compat_fault_retries: int = Field(
+        2,
+        ge=0,
+        description="How many more times /run_code, /get_reward and /slime/reward run a request "
+        "that ended internal_error (a service fault, never the model's) before reporting it.",
     )
     metrics_tenant_labels: bool = Field(
         False,

@@ -3,6 +3,8 @@
 # redis-server: the production store; prometheus: scrape tests; bubblewrap: sandbox jail; g++: cpp rewards.
 # podman + runc (+ CNI plugins, uidmap for user-namespaced pods): the pod-runtime tier (tests/pods)
 # and `make images`; mmdebstrap: the local Debian base images; openssl: the tier's API-server TLS.
+# node-typescript (brings nodejs): the typescript language, transpiled with TypeScript's own
+# transpileModule as SandboxFusion's tsx runs it (no type definitions needed; docs/sandbox.md).
 # The language runtimes of languages.yaml (the same list the worker image ships,
 # sandbox/packages/worker.txt): the host-jail language tests run each one (~1.8 GB installed).
 set -euo pipefail
@@ -11,6 +13,7 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v g++ >/dev/null || need+=(g++)
+command -v tsc >/dev/null || need+=(node-typescript)
 command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
@@ -24,7 +27,6 @@ javac openjdk-17-jdk-headless
 go golang-go
 rustc rustc
 node nodejs
-tsc node-typescript
 php php-cli
 ruby ruby
 lua5.4 lua5.4

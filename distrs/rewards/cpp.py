@@ -10,9 +10,11 @@ from __future__ import annotations
 from distrs.rewards import judged_handler
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.judge import (
+    LIMITS_CUT_ARTIFACT,
     JudgedPayload,
     case_limits,
     fetch_outputs,
+    limit_cuts,
     run_tests,
     stage_budget,
     verdict_output,
@@ -46,7 +48,10 @@ class RunHandler(JudgedHandler):
             s.write_file(BINARY, binary, executable=True)
             v = run_tests(s, ["./" + BINARY], p, limits, stage_budget(inp), check=check)
             files = fetch_outputs(s, p)
-        return verdict_output(v, p, sandbox.isolation, files)
+        cut = limit_cuts(
+            p, self._settings, inp.stage, inp.timeout_s, earlier=inp.artifacts.get(LIMITS_CUT_ARTIFACT)
+        )
+        return verdict_output(v, p, sandbox.isolation, files, **cut)
 
 
 # Entry point ``cpp`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.

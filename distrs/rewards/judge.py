@@ -3,8 +3,9 @@
 It validates the payload (DESIGN.md "Command line": ``code``, ``tests``, ``compare``,
 ``float_tol``, ``scoring``, ``reference_time_s``; plus optional ``time_limit_s`` and
 ``memory_limit_mb`` (which may lower the default and raise it up to ``DISTRS_JUDGE_MAX_MEMORY_MB``),
-``files`` (plain file name -> base64 content, written next to the program), ``fetch_files``
-(file names read back after the run into ``detail.files``, base64) and ``mode: "raw"`` to also
+``files`` (relative file path -> base64 content, written into the work dir with its
+directories), ``fetch_files`` (paths read back after the run into ``detail.files``, base64;
+relative to the work dir, or absolute as the program sees them) and ``mode: "raw"`` to also
 get the first case's run in ``detail.run`` with up to SandboxFusion's 1 MiB per stream), runs a
 program once per test case inside a sandbox session, compares outputs and scores the run.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import math
 import re
 import time
@@ -68,12 +70,26 @@ class JudgeSettings(BaseSettings):
         "interpreter start per request and a fork per case, instead of a jail and an interpreter "
         "per case (the same verdicts; see docs/sandbox.md).",
     )
-    compile_time_s: float = Field(default=60.0, gt=0, description="Compile wall limit (capped by the stage).")
+    compile_time_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Compile wall limit, and the most a payload's compile_time_limit_s (/run_code's "
+        "compile_timeout) is honoured up to (capped by the stage).",
+    )
     compile_memory_mb: int = Field(default=4096, gt=0, description="Compiler address-space limit.")
     compile_cache_mb: int = Field(
         default=256, ge=0, description="Per compile worker: size of the cache of recent compile outcomes."
     )
-    test_time_s: float = Field(default=10.0, gt=0, description="Default wall limit per test case.")
+    test_time_s: float = Field(
+        default=10.0, gt=0, description="Default wall limit per test case (when the payload names none)."
+    )
+    max_test_time_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Largest wall limit per test case a payload's time_limit_s (/run_code's "
+        "run_timeout) is honoured up to; a larger request is cut to it and the result says so. "
+        "The stage's timeout_s (pipelines) bounds it too.",
+    )
     memory_mb: int = Field(default=1024, gt=0, description="Default memory limit per test case.")
     max_memory_mb: int = Field(
         default=4096, gt=0, description="Largest memory limit a payload's memory_limit_mb may ask for."
@@ -148,26 +164,53 @@ def _num(payload: dict[str, Any], name: str, *, positive: bool = True) -> float 
 MAX_FILES = 64
 MAX_FILES_BYTES = 8 * MiB
 FETCH_FILE_BYTES = 1 * MiB
-_FILE_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._+-]{1,128}$")
+MAX_PATH_CHARS = 1024
+MAX_PATH_DEPTH = 32
+_BAD_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def check_file_path(name: Any, field: str, *, absolute: bool = False) -> str:
+    """A path for ``files`` (``absolute=False``) or ``fetch_files`` (``absolute=True``), as
+    SandboxFusion takes them: a relative path of plain components (``dir1/dir2/f``) meant inside
+    the work dir, or for ``fetch_files`` also an absolute path as the program sees it. ``..``,
+    ``.``, empty components, backslashes and control characters are refused (InvalidPayload
+    naming the entry), so no entry can leave the work dir by its spelling; the sandbox session
+    never follows a symlink either (``sandbox/workdir.py``)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidPayload(field, f"{name!r} is not a file path")
+    if len(name) > MAX_PATH_CHARS or _BAD_PATH_CHARS.search(name):
+        raise InvalidPayload(
+            field, f"{name[:80]!r}: at most {MAX_PATH_CHARS} characters, no control characters or backslashes"
+        )
+    rel = name
+    if name.startswith("/"):
+        if not absolute:
+            raise InvalidPayload(field, f"{name!r} is an absolute path; give a path relative to the work dir")
+        rel = name[1:]
+    parts = rel.split("/")
+    if len(parts) > MAX_PATH_DEPTH or any(p in ("", ".", "..") for p in parts):
+        raise InvalidPayload(
+            field,
+            f"{name!r} is not a plain path: no '..', '.' or empty components, at most {MAX_PATH_DEPTH} deep",
+        )
+    return name
 
 
 def check_file_name(name: Any, field: str) -> str:
-    """A plain file name for the work dir (no directories); InvalidPayload otherwise."""
-    if not isinstance(name, str) or not _FILE_NAME.match(name):
-        raise InvalidPayload(field, f"{name!r} is not a plain file name (letters, digits, . _ + -; no '/')")
-    return name
+    """A relative file path for the work dir (see :func:`check_file_path`)."""
+    return check_file_path(name, field)
 
 
 def _files(payload: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
     raw = payload.get("files") or {}
     if not isinstance(raw, dict):
-        raise InvalidPayload("files", "must be an object {file name: base64 content}")
+        raise InvalidPayload("files", "must be an object {file path: base64 content}")
     if len(raw) > MAX_FILES:
         raise InvalidPayload("files", f"at most {MAX_FILES} files")
     out = []
     total = 0
     for name, content in raw.items():
-        check_file_name(name, "files")
+        check_file_path(name, "files")
         if content is None:
             continue  # SandboxFusion skips files without content
         if not isinstance(content, str):
@@ -180,14 +223,24 @@ def _files(payload: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
         if total > MAX_FILES_BYTES:
             raise InvalidPayload("files", f"more than {MAX_FILES_BYTES} bytes in all")
         out.append((name, data))
+    check_no_clash([n for n, _ in out])
     return tuple(out)
+
+
+def check_no_clash(names: Sequence[str]) -> None:
+    """No ``files`` entry may be a directory of another (``a`` and ``a/b``): one would have to
+    replace the other."""
+    dirs = {"/".join(n.split("/")[:i]) for n in names for i in range(1, n.count("/") + 1)}
+    for n in names:
+        if n in dirs:
+            raise InvalidPayload("files", f"{n!r} is both a file and a directory of another entry")
 
 
 def _fetch_files(payload: dict[str, Any]) -> tuple[str, ...]:
     raw = payload.get("fetch_files") or []
     if not isinstance(raw, list) or len(raw) > MAX_FILES:
-        raise InvalidPayload("fetch_files", f"must be a list of at most {MAX_FILES} file names")
-    return tuple(check_file_name(n, "fetch_files") for n in raw)
+        raise InvalidPayload("fetch_files", f"must be a list of at most {MAX_FILES} file paths")
+    return tuple(check_file_path(n, "fetch_files", absolute=True) for n in raw)
 
 
 def parse_payload(payload: Any, settings: JudgeSettings, *, need_tests: bool = True) -> JudgedPayload:
@@ -271,12 +324,70 @@ def snippet(data: bytes | str, limit: int = SNIPPET_CHARS) -> str:
 
 def case_limits(p: JudgedPayload, settings: JudgeSettings, base: Limits) -> Limits:
     """Per-test limits: ``base`` with the time, memory and output limits of the settings. The
-    payload may lower the time limit, and set the memory limit up to ``max_memory_mb`` (as
-    SandboxFusion's ``memory_limit_MB`` does); memory stays unlimited where ``base`` leaves it so."""
-    wall = min(settings.test_time_s, p.time_limit_s or math.inf)
+    payload's time limit is honoured up to ``max_test_time_s`` (the default is ``test_time_s``),
+    and its memory limit up to ``max_memory_mb`` (as SandboxFusion's ``memory_limit_MB``);
+    memory stays unlimited where ``base`` leaves it so."""
+    wall = min(p.time_limit_s or settings.test_time_s, settings.max_test_time_s)
     mem_mb = min(settings.max_memory_mb, p.memory_limit_mb) if p.memory_limit_mb else settings.memory_mb
     mem = None if base.memory_bytes is None else mem_mb * MiB
     return replace(base, wall_s=wall, cpu_s=wall, memory_bytes=mem, output_bytes=settings.output_bytes)
+
+
+LIMITS_CUT_ARTIFACT = "limits_cut"  # the compile stage's cuts, carried to the run stage (JSON)
+
+
+def limit_cuts(
+    p: JudgedPayload,
+    settings: JudgeSettings,
+    stage: str,
+    stage_timeout_s: float,
+    *,
+    compiles: bool = False,
+    runs: bool = True,
+    earlier: str | None = None,
+) -> dict[str, Any]:
+    """``{"limits_cut": [...]}`` when the payload asked for more time than it gets: one entry per
+    cut limit with the field, what was asked, what applies and the setting that decided it
+    (``DISTRS_JUDGE_MAX_TEST_TIME_S``, ``DISTRS_JUDGE_COMPILE_TIME_S`` or the stage's
+    ``timeout_s``); ``{}`` otherwise. ``compiles``/``runs``: this stage runs the compile step /
+    the tests; ``earlier``: the cuts an earlier stage reported (its ``limits_cut`` artifact)."""
+    budget = budget_of(stage_timeout_s)
+    stage_setting = f"stages.{stage}.timeout_s (pipelines: {stage_timeout_s:g} s)"
+    asked: list[tuple[str, float | None, float, str]] = []
+    if runs:
+        asked.append(
+            ("time_limit_s", p.time_limit_s, settings.max_test_time_s, "DISTRS_JUDGE_MAX_TEST_TIME_S")
+        )
+    if compiles:
+        asked.append(
+            (
+                "compile_time_limit_s",
+                p.compile_time_limit_s,
+                settings.compile_time_s,
+                "DISTRS_JUDGE_COMPILE_TIME_S",
+            )
+        )
+    cuts: list[dict[str, Any]] = []
+    if earlier:
+        try:
+            prior = json.loads(earlier)
+        except ValueError:
+            prior = []
+        cuts += [c for c in prior if isinstance(c, dict)] if isinstance(prior, list) else []
+    for name, want, ceiling, setting in asked:
+        if want is None:
+            continue
+        got = min(want, ceiling, budget)
+        if got < want:
+            cuts.append(
+                {
+                    "field": name,
+                    "requested_s": want,
+                    "effective_s": round(got, 3),
+                    "setting": setting if ceiling <= budget else stage_setting,
+                }
+            )
+    return {"limits_cut": cuts} if cuts else {}
 
 
 @dataclass
@@ -446,7 +557,12 @@ def verdict_output(
 
 def stage_budget(inp: StageInput) -> float:
     """Time the handler may spend: the stage timeout less a small margin for reporting."""
-    return max(0.5, inp.timeout_s * 0.95 - 0.25)
+    return budget_of(inp.timeout_s)
+
+
+def budget_of(stage_timeout_s: float) -> float:
+    """:func:`stage_budget` of a stage with this timeout."""
+    return max(0.5, stage_timeout_s * 0.95 - 0.25)
 
 
 def encode_binary(data: bytes) -> str:

@@ -13,9 +13,11 @@ environment) it uses.
 
 from __future__ import annotations
 
+import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import replace
 from typing import ClassVar
 
 from distrs.core.model import Status
@@ -24,6 +26,7 @@ from distrs.rewards.checker import parse_checker, prepare_checker
 from distrs.rewards.compile_cache import CompileCache, cache_key, tool_identity
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import (
+    LIMITS_CUT_ARTIFACT,
     CaseResult,
     InvalidPayload,
     JudgedPayload,
@@ -33,6 +36,7 @@ from distrs.rewards.judge import (
     decode_binary,
     encode_binary,
     judge_settings,
+    limit_cuts,
     parse_payload,
     shared_sandbox,
     stage_budget,
@@ -123,12 +127,14 @@ class CompileHandler(JudgedHandler):
         timeout = min(self._settings.compile_time_s, p.compile_time_limit_s or math.inf, stage_budget(inp))
         argv = [*self.compiler(), "-o", BINARY, self.source]
         key = cache_key([inp.reward_type, tool_identity(argv[0], JAIL_PATH), *argv], p.code, p.files)
+        cut = limit_cuts(p, self._settings, inp.stage, inp.timeout_s, compiles=True, runs=False)
+        cut_artifact = {LIMITS_CUT_ARTIFACT: json.dumps(cut["limits_cut"])} if cut else {}
         cached = self._cache.get(key)
         if isinstance(cached, StageOutput):
             if cached.outcome == "next":
-                return StageOutput.next({**cached.artifacts, "compile_cached": "1"})
+                return StageOutput.next({**cached.artifacts, "compile_cached": "1", **cut_artifact})
             return StageOutput.final(
-                cached.status or Status.COMPILE_ERROR, 0.0, **cached.detail, compile_cached=True
+                cached.status or Status.COMPILE_ERROR, 0.0, **cached.detail, compile_cached=True, **cut
             )
         with self.sandbox.session() as s:
             write_inputs(s, p)  # headers and the like the source may include
@@ -139,8 +145,8 @@ class CompileHandler(JudgedHandler):
         if failed is not None:
             if failed.status is Status.COMPILE_ERROR:
                 self._cache.put(key, failed)
-            return failed
+            return replace(failed, detail={**failed.detail, **cut}) if cut else failed
         assert binary is not None
         out = StageOutput.next({BINARY_ARTIFACT: encode_binary(binary), "compile_s": f"{r.wall_s:.3f}"})
-        self._cache.put(key, out)
-        return out
+        self._cache.put(key, out)  # cached without this request's cuts
+        return StageOutput.next({**out.artifacts, **cut_artifact}) if cut_artifact else out

@@ -31,6 +31,7 @@ from distrs.rewards.judge import (
     MiB,
     case_limits,
     fetch_outputs,
+    limit_cuts,
     run_tests,
     snippet,
     stage_budget,
@@ -136,6 +137,7 @@ class LanguageRunHandler(JudgedHandler):
             limits = case_limits(p, self._settings, Limits(memory_kind=kind, nproc=256, nofile=1024))
             v = run_tests(s, _expand(spec.run, exe), p, limits, budget, env=env, mounts=mounts, check=check)
             files = fetch_outputs(s, p)
+        extra.update(limit_cuts(p, self._settings, inp.stage, inp.timeout_s, compiles=bool(spec.compile)))
         return verdict_output(v, p, sandbox.isolation, files, language=self.name, **extra)
 
     def _jail_has_proc(self, s: Session) -> bool:

@@ -35,6 +35,7 @@ from distrs.rewards.judge import (
     Verdict,
     case_limits,
     fetch_outputs,
+    limit_cuts,
     run_tests,
     stage_budget,
     verdict_output,
@@ -123,7 +124,8 @@ class PythonRunHandler(JudgedHandler):
             return StageOutput.final(
                 Status.COMPILE_ERROR, 0.0, compiler_output=message, isolation=sandbox.isolation
             )
-        return verdict_output(v, p, sandbox.isolation, files)
+        cut = limit_cuts(p, self._settings, inp.stage, inp.timeout_s)
+        return verdict_output(v, p, sandbox.isolation, files, **cut)
 
 
 # Entry point ``python`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import stat
 import subprocess
 import threading
 import uuid
@@ -39,11 +38,11 @@ from distrs.sandbox.base import (
 from distrs.sandbox.capture import Collected, collect
 from distrs.sandbox.cgroups import CgroupRoots, RunCgroup, detect
 from distrs.sandbox.cgroups import reap as reap_cgroups
-from distrs.sandbox.jail import JailSpec, etc_files, fallback_command, jail_command
+from distrs.sandbox.jail import JAIL_WORKDIR, JailSpec, etc_files, fallback_command, jail_command
 from distrs.sandbox.seccomp import SeccompUnavailable, jail_filter
 from distrs.sandbox.settings import SandboxSettings
 from distrs.sandbox.uids import UidPool
-from distrs.sandbox.workdir import make_workdir, remove_workdir
+from distrs.sandbox.workdir import make_workdir, read_beneath, remove_workdir, write_beneath
 
 log = logging.getLogger(__name__)
 
@@ -74,32 +73,32 @@ class LocalSession:
         return self._uid
 
     def write_file(self, name: str, data: bytes, *, executable: bool = False) -> Path:
-        """Write an input file into the work dir, owned by the run's uid."""
-        p = self._path / name
-        if p.parent != self._path:
-            raise ValueError(f"file name must be a plain name, got {name!r}")
-        p.write_bytes(data)
-        os.chmod(p, 0o755 if executable else 0o644)
-        if self._uid is not None:
-            os.chown(p, self._uid, self._uid)
-        return p
+        """Write an input file into the work dir, owned by the run's uid. ``name`` may be a
+        relative path (``dir1/dir2/f``, as SandboxFusion's ``files`` allow): its directories are
+        created, and nothing is ever written through a symlink."""
+        if not name or name.startswith("/") or any(p in ("", ".", "..") for p in name.split("/")):
+            raise ValueError(f"file name must be a relative path inside the work dir, got {name!r}")
+        return write_beneath(self._path, name, data, mode=0o755 if executable else 0o644, owner=self._uid)
 
     def read_file(self, name: str, max_bytes: int) -> bytes | None:
         """Read an output file the program wrote: regular files only, never through a symlink
-        (a program could point its "binary" at a host secret), None when missing/oversized."""
-        try:
-            fd = os.open(self._path / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+        (a program could point its "binary" at a host secret), None when missing/oversized.
+
+        ``name`` is relative to the work dir, or an absolute path as the program saw it: under
+        the work dir (``/jail/work/...``) or the session's ``/tmp`` where that is on the
+        session's tmpfs. Any other absolute path is None: the jail's root is read-only, so the
+        program cannot have written there, and a host path is never read."""
+        root, rel = self._path, name
+        if name.startswith("/"):
+            for prefix, base in ((JAIL_WORKDIR + "/", self._path), ("/tmp/", self._tmpdir)):
+                if name.startswith(prefix) and base is not None:
+                    root, rel = base, name[len(prefix) :]
+                    break
+            else:
                 return None
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read(max_bytes + 1)
-            return data if len(data) <= max_bytes else None
-        finally:
-            os.close(fd)
+        if not rel or any(p in ("", ".", "..") for p in rel.split("/")):
+            return None
+        return read_beneath(root, rel, max_bytes)
 
     def run(
         self,

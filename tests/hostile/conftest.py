@@ -16,7 +16,13 @@ from distrs.proxy.app import create_app
 from distrs.store.memory import MemoryStore
 
 TOKENS = "ta:trainer:tenant-a,tb:trainer:tenant-b,wk:worker,ad:admin,mx:metrics"
-LIMITS = dict(max_payload_bytes=4096, max_body_bytes=256 * 1024, max_bulk=50, max_artifact_bytes=2048)
+LIMITS = dict(
+    max_payload_bytes=4096,
+    run_code_max_payload_bytes=8192,
+    max_body_bytes=256 * 1024,
+    max_bulk=50,
+    max_artifact_bytes=2048,
+)
 
 
 @dataclass

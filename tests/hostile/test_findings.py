@@ -61,8 +61,11 @@ async def test_get_reward_and_run_code_are_held_to_the_payload_limit(hostile: Ho
     r = await hostile.a.post("/get_reward", json={"query": ["Pok", "P" + "y" * 5000], "prompts": ["P", "P"]})
     assert r.status_code == 413, r.text
     assert r.json()["error"]["details"]["field"] == "query.1"
-    r = await hostile.a.post("/run_code", json={"code": "#" * 5000, "language": "python"})
+    # /run_code has its own, larger limit (run_code_max_payload_bytes, for SandboxFusion's stdin
+    # and files): past it is a 413 naming the limit, before anything is registered
+    r = await hostile.a.post("/run_code", json={"code": "#" * 9000, "language": "python"})
     assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large", r.text
+    assert "8192" in r.json()["error"]["message"]
     assert (await hostile.store.snapshot(0.0)).batches == []
 
 

@@ -22,6 +22,7 @@ from distrs_client.errors import (
     PermissionDeniedError,
     RateLimitedError,
     ResultsTimeoutError,
+    RewardFaultError,
     ServerError,
     ServiceUnavailableError,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "ResultsTimeoutError",
     "RetryPolicy",
     "RewardClient",
+    "RewardFaultError",
     "RewardResult",
     "ServerError",
     "ServiceUnavailableError",

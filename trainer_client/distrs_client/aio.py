@@ -26,11 +26,13 @@ becomes an ``invalid`` result carrying the service's error in ``detail["error"]`
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import random
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -53,6 +55,21 @@ from distrs_client.retry import RetryPolicy, is_retryable_status, parse_retry_af
 from distrs_client.transport import HttpxTransport, QueryParams, Response, Transport
 
 Sleep = Callable[[float], Awaitable[None]]
+
+
+#: Clients with a running flusher that nobody has closed yet; closed at interpreter exit.
+_LIVE: weakref.WeakSet[AsyncRewardClient] = weakref.WeakSet()
+#: At exit, how long a client nobody closed may spend posting what it still buffers.
+EXIT_FLUSH_S = 5.0
+
+
+def _close_live_clients() -> None:
+    for client in list(_LIVE):
+        with contextlib.suppress(Exception):
+            client._close_at_exit(EXIT_FLUSH_S)
+
+
+atexit.register(_close_live_clients)
 
 
 @dataclass(frozen=True)
@@ -360,6 +377,35 @@ class AsyncRewardClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
         await self._transport.aclose()
+        _LIVE.discard(self)
+
+    def _close_at_exit(self, wait_s: float) -> None:
+        """At interpreter exit, for a client nobody closed: post what is buffered within
+        ``wait_s`` (best effort), then stop the flusher, so the loop is never torn down with a
+        pending task ("Task was destroyed but it is pending!"). Works whether the client's loop
+        runs in another thread (the blocking client's, a framework's) or is idle."""
+        loop = self._loop
+        if self._closed or loop is None or loop.is_closed():
+            return
+
+        async def close() -> None:
+            try:
+                await asyncio.wait_for(self.aclose(), wait_s)
+            except BaseException:  # out of time or failed: still leave no task behind
+                self._closed = True
+                if self._flusher is not None and not self._flusher.done():
+                    self._flusher.cancel()
+                    with contextlib.suppress(BaseException):
+                        await self._flusher
+                _LIVE.discard(self)
+
+        if loop.is_running():
+            fut = asyncio.run_coroutine_threadsafe(close(), loop)
+            with contextlib.suppress(Exception):
+                fut.result(wait_s + 2.0)
+        else:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(close())
 
     async def __aenter__(self) -> AsyncRewardClient:
         self._bind()
@@ -377,6 +423,7 @@ class AsyncRewardClient:
         self._loop = asyncio.get_running_loop()
         self._wake, self._full = asyncio.Event(), asyncio.Event()
         self._flusher = self._loop.create_task(self._run_flusher(), name="distrs-client-flusher")
+        _LIVE.add(self)
         with self._lock:
             if self._buf:
                 self._wake.set()

@@ -77,6 +77,23 @@ class ResultsTimeoutError(DistrsError, TimeoutError):
         self.partial = partial
 
 
+class RewardFaultError(DistrsError):
+    """The service failed to score some requests (``internal_error``: a sandbox or worker fault,
+    not the model's) even after the adapter's retries. Raised where a framework cannot mark a
+    sample as unscored, so a fault never becomes a reward of 0. ``results`` holds every result of
+    the call (the faulted ones with ``status == "internal_error"``), ``cause`` the service's reason."""
+
+    def __init__(self, results: list[Any], cause: str, attempts: int) -> None:
+        bad = sum(1 for r in results if getattr(r, "status", None) == "internal_error")
+        super().__init__(
+            f"{bad} of {len(results)} reward requests ended internal_error after {attempts} attempts "
+            f"(a service fault, not the model's): {cause}"
+        )
+        self.results = results
+        self.cause = cause
+        self.attempts = attempts
+
+
 # How the client reacts to what reached it after retries, by group:
 # the service may have lost state it held for us (re-submit from the local copies) ...
 STATE_LOSS_ERRORS: tuple[type[DistrsError], ...] = (ServiceUnavailableError, ServerError)

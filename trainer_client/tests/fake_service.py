@@ -77,9 +77,9 @@ class FakeService:
             res = [
                 {
                     "request_id": i,
-                    "status": "ok",
+                    "status": self.requests[(task, i)]["payload"].get("status", "ok"),
                     "score": float(self.requests[(task, i)]["payload"].get("score", 1.0)),
-                    "detail": {},
+                    "detail": self.requests[(task, i)]["payload"].get("detail", {}),
                     "stages": [],
                 }
                 for i in ids

@@ -177,3 +177,30 @@ def test_unreachable_service_fails_fast_with_a_small_budget() -> None:
         with pytest.raises(ServiceUnavailableError):
             client.start_batch("x", "y", 1)
         assert time.monotonic() - t0 < 5
+
+
+def test_a_client_nobody_closed_posts_its_buffer_at_exit(svc: object) -> None:
+    """A blocking client used without ``with``/``close()``: what it buffered still reaches the
+    service when the interpreter exits, and the exit prints no pending-task warning."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = textwrap.dedent(
+        f"""
+        from distrs_client import RewardClient
+        c = RewardClient({svc.url!r}, {TOKEN!r}, linger_s=30.0)  # nothing is posted before exit
+        c.start_batch("exit-task", "exit-b", size=1, reward_type="synthetic")
+        c.submit("exit-task", "exit-b", "exit-r0", "synthetic", {{"durations": {{"compile": 0.001}}}})
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    assert r.returncode == 0 and "Task was destroyed" not in r.stderr, r.stderr
+    with RewardClient(svc.url, TOKEN) as c:
+        assert [x.status for x in c.results("exit-task", "exit-b", timeout=30)] == ["ok"]

@@ -12,8 +12,10 @@
 * OpenRLHF ``POST /get_reward`` - the remote reward model protocol: ``{"query", "prompts",
   "labels"}`` in, ``{"rewards", "scores", "extra_logs"}`` out, scored with one reward type
   (``math`` unless the ``X-DistRS-Reward-Type`` header says otherwise). Only the response is
-  graded: it is split off each query with its prompt (``rewards/prompt_split.py``; a query that
-  cannot be split is a 422 naming ``prompts[i]``, never graded whole). The default wait (170 s)
+  graded: what follows the prompt inside each query (``rewards/prompt_split.py``: after leading
+  special tokens, or the prompt's longest end part when it was cut from the left); a row whose
+  prompt cannot be found at all is never graded whole: its reward is 0 and
+  ``extra_logs["distrs_prompt_not_found"]`` says why, and the rest of the call is scored. The default wait (170 s)
   ends before OpenRLHF's own 180 s request timeout, and a call without ``X-DistRS-Batch`` gets a
   batch id derived from its content, so the client's retry of a timed-out call waits on the
   same batch instead of running it again.
@@ -44,6 +46,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import logging
 import math
 import re
 from typing import Any, Literal
@@ -60,12 +63,13 @@ from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes.trainer import check_payload, too_many
 from distrs.proxy.schemas import ID_PATTERN, ID_RULE
-from distrs.rewards.judge import RAW_OUTPUT_BYTES, InvalidPayload, check_file_name
+from distrs.rewards.judge import RAW_OUTPUT_BYTES, InvalidPayload, check_file_path, check_no_clash
 from distrs.rewards.prompt_split import SplitError, split_response
 from distrs.rewards.routing import route
 from distrs.store.base import NewRequest
 
 router = APIRouter(tags=["compat"])
+log = logging.getLogger(__name__)
 
 _ID = re.compile(ID_PATTERN)
 # SandboxFusion language name -> our reward type.
@@ -155,23 +159,65 @@ async def run_batch(
     items: list[tuple[str, dict[str, Any]]],
     wait_s: float,
     bulk_field: str = "body",
+    payload_limit: int | None = None,
 ) -> list[Result]:
     """Register a batch of ``(reward_type, payload)``, submit it and wait for every result.
 
     Request ids are ``{batch_id}-{i}``, so re-running the same call with the same batch id is
     idempotent: the store reports duplicates and the first results are returned. ``task`` is
     the caller's name; the store sees its tenant-scoped name. Oversize calls and payloads are
-    refused (413) before anything is registered.
+    refused (413) before anything is registered. Requests that end ``internal_error`` are run
+    again (as new requests) up to ``compat_fault_retries`` times within the same wait.
     """
     if len(items) > st.settings.max_bulk:
         raise too_many(bulk_field, len(items), st.settings.max_bulk)
     for i, (_, payload) in enumerate(items):
-        check_payload(st, payload, f"{bulk_field}.{i}" if bulk_field != "body" else "body")
+        check_payload(st, payload, f"{bulk_field}.{i}" if bulk_field != "body" else "body", payload_limit)
     public, task = task, who.scope(task)
     for rt, _ in items:
         if rt not in st.table.reward_types:
             known = ", ".join(sorted(st.table.reward_types))
             raise ApiError(422, "unknown_reward_type", f"reward type {rt!r} is not served; known: {known}")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    results = await _submit_and_wait(st, who, task, public, batch_id, items, deadline, wait_s)
+    # Faults are never a score: requests that ended internal_error run again as batches
+    # {batch_id}-f1, -f2, ... (fixed names, so a client's retry of this call reattaches to them).
+    for k in range(1, st.settings.compat_fault_retries + 1):
+        bad = [i for i, r in enumerate(results) if r.status is Status.INTERNAL_ERROR]
+        if not bad:
+            break
+        if k == 1:
+            first = results[bad[0]]
+            log.warning(
+                "compat %s/%s: %d of %d requests ended internal_error (%s); running them again up to %d times",
+                public,
+                batch_id,
+                len(bad),
+                len(results),
+                first.detail.get("error") or first.detail.get("reason") or "no reason given",
+                st.settings.compat_fault_retries,
+            )
+        again = await _submit_and_wait(
+            st, who, task, public, f"{batch_id}-f{k}", [items[i] for i in bad], deadline, wait_s
+        )
+        for i, r in zip(bad, again, strict=True):
+            results[i] = r
+    return results
+
+
+async def _submit_and_wait(
+    st: AppState,
+    who: Principal,
+    task: str,
+    public: str,
+    batch_id: str,
+    items: list[tuple[str, dict[str, Any]]],
+    deadline: float,
+    wait_s: float,
+) -> list[Result]:
+    """Register batch ``batch_id`` of the (already checked) items, submit them and wait until
+    ``deadline`` (loop time) for every result; 504 past it."""
     types = {rt for rt, _ in items}
     now = st.clock()
     info = BatchInfo(
@@ -201,7 +247,6 @@ async def run_batch(
         if n.request_id in accepted:
             st.metrics.requests_submitted.labels(n.reward_type).inc()
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
     while True:
         batch = await st.store.get_batch(task, batch_id)
         if batch is not None and batch.completed_at is not None:
@@ -286,13 +331,23 @@ def run_code_payload(req: RunCodeRequest) -> dict[str, Any]:
 
 
 def check_run_code_files(req: RunCodeRequest) -> None:
-    """``files`` and ``fetch_files`` name plain files of the work dir, ``files`` hold base64."""
-    for field, names in (("files", list(req.files)), ("fetch_files", req.fetch_files)):
+    """``files`` are relative paths (nested directories allowed, as SandboxFusion writes them)
+    holding base64; ``fetch_files`` are relative or absolute paths as the program sees them.
+    ``..``, absolute ``files`` and the like are a 422 naming the entry (``judge.check_file_path``)."""
+    checks: list[tuple[str, list[str], bool]] = [("files", list(req.files), False)]
+    checks.append(("fetch_files", list(req.fetch_files), True))
+    for field, names, absolute in checks:
         for name in names:
             try:
-                check_file_name(name, field)
+                check_file_path(name, field, absolute=absolute)
             except InvalidPayload as e:
-                raise ApiError(422, "invalid_field", f"{field}: {e.message}", field=field) from None
+                raise ApiError(
+                    422, "invalid_field", f"{field}: {e.message}", field=field, entry=name
+                ) from None
+    try:
+        check_no_clash([n for n, v in req.files.items() if v is not None])
+    except InvalidPayload as e:
+        raise ApiError(422, "invalid_field", f"files: {e.message}", field="files") from None
     for name, content in req.files.items():
         if content is None:
             continue
@@ -300,7 +355,7 @@ def check_run_code_files(req: RunCodeRequest) -> None:
             base64.b64decode(content.encode("ascii"), validate=True)
         except (ValueError, UnicodeEncodeError):
             raise ApiError(
-                422, "invalid_field", f"files: {name!r} is not valid base64", field="files"
+                422, "invalid_field", f"files: {name!r} is not valid base64", field="files", entry=name
             ) from None
 
 
@@ -330,7 +385,33 @@ def _truncation_message(raw: dict[str, Any]) -> str:
     return msg
 
 
+_RUN_CODE_FIELDS = {"time_limit_s": "run_timeout", "compile_time_limit_s": "compile_timeout"}
+
+
+def cut_message(detail: dict[str, Any]) -> str:
+    """What the service cut of the request's time limits, naming the setting that decided it."""
+    parts = []
+    for c in detail.get("limits_cut") or ():
+        if isinstance(c, dict):
+            name = _RUN_CODE_FIELDS.get(str(c.get("field")), str(c.get("field")))
+            parts.append(
+                f"{name} {c.get('requested_s'):g} s was cut to {c.get('effective_s'):g} s by {c.get('setting')}"
+            )
+    return "; ".join(parts)
+
+
 def to_run_code_response(result: Result, compiled: bool) -> RunCodeResponse:
+    """:func:`map_run_code_result`, with any cut of the request's time limits said in ``message``
+    (SandboxFusion runs the program for the time the client asked; here the operator's ceiling
+    applies, and the response must not hide that)."""
+    resp = map_run_code_result(result, compiled)
+    cut = cut_message(result.detail)
+    if cut and resp.status != "SandboxError":
+        resp.message = f"{resp.message}; {cut}" if resp.message else cut
+    return resp
+
+
+def map_run_code_result(result: Result, compiled: bool) -> RunCodeResponse:
     """Map a judged result to SandboxFusion's response.
 
     ``compiled``: the language has a compile step (a ``compile_result`` is reported for it).
@@ -437,7 +518,8 @@ async def run_code(
     # verl gives each call compile_timeout + run_timeout + 10 s; answer (504 at worst) before that.
     own = body.compile_timeout + body.run_timeout + RUN_CODE_MARGIN_S
     wait_s = _wait_s(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, own)
-    (result,) = await run_batch(st, who, task, batch_id, [(rt, payload)], wait_s)
+    limit = st.settings.run_code_max_payload_bytes
+    (result,) = await run_batch(st, who, task, batch_id, [(rt, payload)], wait_s, payload_limit=limit)
     return JSONResponse(to_run_code_response(result, compiled).model_dump(mode="json"))
 
 
@@ -534,11 +616,13 @@ async def get_reward(
         )
     labels = body.labels or [None] * n
     items = []
+    rows: list[int] = []  # query index of each item; a row whose prompt is not found has none
     for i, (q, p, lab) in enumerate(zip(body.query, body.prompts, labels, strict=True)):
         try:
             response = split_response(q, p)
-        except SplitError as e:
-            raise ApiError(422, "unsplittable_query", f"prompts[{i}]: {e}", field=f"prompts[{i}]") from None
+        except SplitError:
+            continue
+        rows.append(i)
         items.append((rt, reward_payload(rt, response, lab)))
     task = _header_id(x_distrs_task, "X-DistRS-Task", _default_task("openrlhf", who))
     # Without X-DistRS-Batch the batch id is the call's content: OpenRLHF retries a timed-out call
@@ -548,10 +632,17 @@ async def get_reward(
     wait_s = (
         _wait_s(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, OPENRLHF_WAIT_S)
     )
-    results = await run_batch(st, who, task, batch_id, items, wait_s, "query")
-    rewards = [float(r.score) for r in results]
+    found = await run_batch(st, who, task, batch_id, items, wait_s, "query") if items else []
+    results: list[Result | None] = [None] * n
+    for i, r in zip(rows, found, strict=True):
+        results[i] = r
+    rewards = [float(r.score) if r is not None else 0.0 for r in results]
     extra_logs = {
-        "distrs_ok": [1.0 if r.status is Status.OK else 0.0 for r in results],
-        "distrs_internal_error": [1.0 if r.status is Status.INTERNAL_ERROR else 0.0 for r in results],
+        "distrs_ok": [1.0 if r is not None and r.status is Status.OK else 0.0 for r in results],
+        "distrs_internal_error": [
+            1.0 if r is not None and r.status is Status.INTERNAL_ERROR else 0.0 for r in results
+        ],
+        # 1.0: no part of the prompt was found in the query, so nothing was graded (reward 0)
+        "distrs_prompt_not_found": [1.0 if r is None else 0.0 for r in results],
     }
     return JSONResponse({"rewards": rewards, "scores": rewards, "extra_logs": extra_logs})

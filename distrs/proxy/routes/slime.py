@@ -12,6 +12,10 @@ code type (as for ``/get_reward``). slime (v0.3.1) gives each POST 120 s and ret
 to 10 times with exponential backoff: the route answers 504 after 115 s at most, and the batch id
 is derived from the body, so a retry waits on the batch the first attempt started instead of
 running again.
+
+Faults are never a score: a request that ended ``internal_error`` is run again up to
+``compat_fault_retries`` times (``run_batch``); if it still fails the route answers 503
+``reward_fault`` naming the cause, so slime retries and then raises instead of training on 0.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict
 
+from distrs.core.model import Status
 from distrs.proxy import body as json_body
 from distrs.proxy.auth import Principal
 from distrs.proxy.deps import AppState, get_state
@@ -92,6 +97,17 @@ async def slime_reward(
         [(rt, reward_payload(rt, body.response, body.label))],
         wait_s,
     )
+    if result.status is Status.INTERNAL_ERROR:
+        # Never a score: slime keeps whatever this answers as the reward, and has no field that
+        # drops a sample. A 503 makes its remote_rm retry and, if the fault persists, raise.
+        err = result.detail.get("error") or result.detail.get("reason") or "no reason given"
+        raise ApiError(
+            503,
+            "reward_fault",
+            f"the service failed to score this sample (internal_error after "
+            f"{st.settings.compat_fault_retries + 1} attempts): {err}",
+            batch_id=batch_id,
+        )
     score = float(result.score)
     if reward_key is None:
         return JSONResponse(score)

@@ -158,9 +158,10 @@ def too_many(field: str, n: int, limit: int) -> ApiError:
     )
 
 
-def check_payload(st: AppState, payload: Any, where: str) -> None:
-    """413 when ``payload`` encodes to more than ``max_payload_bytes``; 422 when it cannot be
-    encoded at all (a lone surrogate that reached a payload past the body reader)."""
+def check_payload(st: AppState, payload: Any, where: str, limit: int | None = None) -> None:
+    """413 when ``payload`` encodes to more than ``limit`` (default ``max_payload_bytes``); 422
+    when it cannot be encoded at all (a lone surrogate that reached a payload past the body reader)."""
+    top = st.settings.max_payload_bytes if limit is None else limit
     try:
         size = len(orjson.dumps(payload))
     except orjson.JSONEncodeError:
@@ -169,11 +170,11 @@ def check_payload(st: AppState, payload: Any, where: str) -> None:
         raise ApiError(
             422, "invalid_string", f"{field}: not valid Unicode text (a lone surrogate)", field=field
         ) from None
-    if size > st.settings.max_payload_bytes:
+    if size > top:
         raise ApiError(
             413,
             "payload_too_large",
-            f"{where}: {size} bytes; the limit is {st.settings.max_payload_bytes}",
+            f"{where}: {size} bytes; the limit is {top}",
             field=where,
         )
 

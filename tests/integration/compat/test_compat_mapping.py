@@ -72,3 +72,20 @@ def test_openrlhf_payloads() -> None:
     assert reward_payload("math", "x = 4", 4) == {"completion": "x = 4", "ground_truth": "4"}
     p = reward_payload("python", "a\n```python\nprint(1)\n```\n", '[{"stdin": "", "expected_stdout": "1"}]')
     assert p == {"code": "print(1)\n", "tests": [{"stdin": "", "expected_stdout": "1"}]}
+
+
+def test_a_cut_time_limit_is_said_in_the_message_with_its_setting() -> None:
+    cut = [
+        {
+            "field": "time_limit_s",
+            "requested_s": 50,
+            "effective_s": 30,
+            "setting": "DISTRS_JUDGE_MAX_TEST_TIME_S",
+        }
+    ]
+    raw = {"stdout": "", "stderr": "", "return_code": None, "timed_out": True, "execution_time": 30.0}
+    out = to_run_code_response(
+        Result(request_id="r", status=Status.TIMEOUT, detail={"run": raw, "limits_cut": cut}), False
+    )
+    assert out.message == "run_timeout 50 s was cut to 30 s by DISTRS_JUDGE_MAX_TEST_TIME_S"
+    assert out.run_result is not None and out.run_result.status == "TimeLimitExceeded"

@@ -60,14 +60,39 @@ def test_left_truncated_prompt_is_still_split(compat_service: Service, agent: An
     assert out["rewards"] == [0.0, 1.0]
 
 
-def test_query_without_its_prompt_is_a_clear_422(compat_service: Service) -> None:
-    """Grading the whole query would grade the prompt: refused, naming the sample."""
+@pytest.mark.parametrize(
+    "lead", ["<|begin_of_text|>", "<｜begin▁of▁sentence｜>", "<|im_start|>system\nBe brief.<|im_end|>\n"]
+)
+def test_query_with_special_tokens_before_the_prompt(compat_service: Service, agent: Any, lead: str) -> None:
+    """OpenRLHF decodes the query with skip_special_tokens=False: a BOS token (or a template's
+    header) comes before the prompt. The prompt is found after it and only the rest is graded."""
     prompt = "Example: \\boxed{42}. Now: 6*7?\n"
-    body = {"query": ["unrelated text " + prompt + "40"], "prompts": [prompt], "labels": ["42"]}
-    r = requests.post(url(compat_service), json=body, timeout=30)
-    assert r.status_code == 422
-    err = r.json()["error"]
-    assert err["details"]["field"] == "prompts[0]" and "prompt" in err["message"]
+    queries = [lead + prompt + "I think 40", lead + prompt + "\\boxed{42}"]
+    out = fetch(agent, url(compat_service), queries, [prompt] * 2, ["42"] * 2)
+    assert out["rewards"] == [0.0, 1.0]
+    assert out["extra_logs"]["distrs_prompt_not_found"] == [0.0, 0.0]
+
+
+def test_left_cut_prompt_after_a_bos_token(compat_service: Service, agent: Any) -> None:
+    prompt = "Worked example: 6*7 = \\boxed{42}.\nNow your turn. What is 6 * 7?\n"
+    kept = "<|begin_of_text|>" + prompt[20:]
+    out = fetch(
+        agent, url(compat_service), [kept + "I think 40", kept + "\\boxed{42}"], [prompt] * 2, ["42"] * 2
+    )
+    assert out["rewards"] == [0.0, 1.0]
+
+
+def test_a_row_whose_prompt_is_not_found_gets_0_and_a_flag_not_a_failed_call(
+    compat_service: Service, agent: Any
+) -> None:
+    """Grading the whole query would grade the prompt; failing the call would make OpenRLHF retry
+    five times and lose the rollout. The row gets 0 with extra_logs saying why; the others are scored."""
+    prompt = "Example: \\boxed{42}. Now: 6*7?\n"
+    queries = ["totally different text \\boxed{42}", prompt + "\\boxed{42}"]
+    out = fetch(agent, url(compat_service), queries, [prompt] * 2, ["42"] * 2)
+    assert out["rewards"] == [0.0, 1.0]
+    assert out["extra_logs"]["distrs_prompt_not_found"] == [1.0, 0.0]
+    assert out["extra_logs"]["distrs_ok"] == [0.0, 1.0]
     r = requests.post(url(compat_service), json={"query": ["\\boxed{42}"], "labels": ["42"]}, timeout=30)
     assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "prompts"
 

@@ -102,3 +102,65 @@ def test_one_run_code_per_test_case_compiles_once(lang_service: Service) -> None
     with lang_service.client() as c:
         details = [c.get(f"/v1/requests/sandboxfusion/{b}-0").json()["result"]["detail"] for b in batches]
     assert [d.get("compile_cached", False) for d in details] == [False, True, True], details
+
+
+# SandboxFusion's own TypeScript runner tests (sandbox/tests/runners/test_typescript.py), which it
+# runs with tsx: no type checking, Node's globals and modules available, default imports interop.
+TS_CASES = [
+    (
+        "stdin via process.stdin",
+        "process.stdin.on('data', (input: Buffer) => {\n  const num: number = parseInt(input.toString());\n"
+        "  console.log(num);\n  process.exit();\n});",
+        "65535",
+        ("Success", "65535\n", None),
+    ),
+    (
+        "import assert default",
+        "import assert from \"assert\";\nassert.strictEqual(1, 2, '1 !== 2');",
+        None,
+        ("Failed", "", "AssertionError"),
+    ),
+    ("humanevalx console.assert", "console.assert(1 === 2);", None, ("Success", "", "Assertion failed")),
+    (
+        "util.promisify default import",
+        "import util from 'util';\nconst sleep = util.promisify(setTimeout);\n"
+        "async function main() { await sleep(50); console.log('slept'); }\nmain();",
+        None,
+        ("Success", "slept\n", None),
+    ),
+    (
+        "a type error still runs",
+        "let y: number = 'b' as unknown as number;\nlet z: number = 'c';\nconsole.log(z);",
+        None,
+        ("Success", "c\n", None),
+    ),
+    (
+        "require a Node module",
+        "const os = require('os');\nconsole.log(typeof os.EOL);",
+        None,
+        ("Success", "string\n", None),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "code", "stdin", "want"), TS_CASES, ids=[c[0] for c in TS_CASES])
+def test_typescript_runs_as_sandbox_fusion_runs_it(
+    lang_service: Service,
+    verl: Any,
+    case: str,
+    code: str,
+    stdin: str | None,
+    want: tuple[str, str, str | None],
+) -> None:
+    found = find_language("typescript")
+    assert found is not None
+    if not runtime_installed(found[1], ""):
+        pytest.skip(
+            "typescript: node-typescript is not installed on this host (scripts/system-deps.sh installs it)"
+        )
+    resp = call(lang_service, verl, "typescript", code, stdin)
+    status, stdout, in_stderr = want
+    assert resp["status"] == status, resp
+    assert resp["run_result"]["status"] == "Finished" and resp["run_result"]["stdout"] == stdout
+    if in_stderr is not None:
+        assert in_stderr in resp["run_result"]["stderr"]

@@ -68,7 +68,7 @@ def test_unsupported_language_and_bad_fields_are_422_naming_the_field(compat_ser
     assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "files"
     r = requests.post(url(compat_service), json={"code": "x", "files": {"a.txt": "not base64!"}})
     assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "files"
-    r = requests.post(url(compat_service), json={"code": "x", "fetch_files": ["/etc/passwd"]})
+    r = requests.post(url(compat_service), json={"code": "x", "fetch_files": ["../etc/passwd"]})
     assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "fetch_files"
 
 
@@ -117,3 +117,66 @@ def test_a_language_verl_knows_but_we_do_not_serve_is_an_error_verl_does_not_ret
         url(compat_service), "module m; endmodule", "", 10, 5, 512, language="verilog"
     )
     assert resp is None and attempts == 1 and err is not None and "422" in err
+
+
+@pytest.mark.parametrize(
+    ("field", "entry"),
+    [
+        ("files", "../escape.txt"),
+        ("files", "dir/../../escape.txt"),
+        ("files", "/etc/cron.d/x"),
+        ("files", "a//b"),
+        ("fetch_files", "../../etc/passwd"),
+        ("fetch_files", "/jail/work/../../etc/passwd"),
+    ],
+)
+def test_paths_that_leave_the_work_dir_are_422_naming_the_entry(
+    compat_service: Service, field: str, entry: str
+) -> None:
+    body: dict[str, object] = {"code": "print(1)", "language": "python"}
+    body[field] = {entry: "aGk="} if field == "files" else [entry]
+    r = requests.post(url(compat_service), json=body, timeout=30)
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["details"]["field"] == field and err["details"]["entry"] == entry
+    assert entry in err["message"]
+
+
+def test_a_file_that_is_also_a_directory_is_422(compat_service: Service) -> None:
+    body = {"code": "print(1)", "files": {"a": "aGk=", "a/b": "aGk="}}
+    r = requests.post(url(compat_service), json=body, timeout=30)
+    assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "files"
+
+
+def test_fetch_files_never_follow_a_symlink_out_of_the_jail(compat_service: Service) -> None:
+    """A program that plants symlinks to host files gets nothing back through them."""
+    code = (
+        "import os\nos.symlink('/etc/passwd', 'leak')\nos.symlink('/etc', 'etcdir')\n"
+        "os.makedirs('real')\nopen('real/ok.txt', 'w').write('ok')"
+    )
+    body = {"code": code, "fetch_files": ["leak", "etcdir/passwd", "real/ok.txt"]}
+    resp = requests.post(url(compat_service), json=body, timeout=60).json()
+    assert resp["status"] == "Success", resp
+    assert resp["files"] == {"real/ok.txt": "b2s="}
+
+
+def test_run_code_accepts_a_large_stdin_and_files_but_has_a_documented_limit(compat_service: Service) -> None:
+    big = "1 " * (3 << 19)  # 3 MiB of stdin: past the 1 MiB limit of /v1 payloads
+    body = {"code": "import sys\nprint(len(sys.stdin.read().split()))", "stdin": big}
+    resp = requests.post(url(compat_service), json=body, timeout=60).json()
+    assert resp["status"] == "Success" and resp["run_result"]["stdout"] == f"{3 << 19}\n"
+    huge = {"code": "print(1)", "stdin": "x" * (17 << 20)}
+    r = requests.post(url(compat_service), json=huge, timeout=60)
+    assert r.status_code == 413 and "16777216" in r.json()["error"]["message"]
+
+
+def test_cut_time_limits_are_said_in_message_for_compiled_languages_too(compat_service: Service) -> None:
+    """The compile stage's cut travels with the binary to the run stage's result."""
+    code = '#include <cstdio>\nint main(){puts("ok");}'
+    body = {"code": code, "language": "cpp", "compile_timeout": 100, "run_timeout": 100}
+    for _ in range(2):  # the second call is served from the compile cache: still reported
+        resp = requests.post(url(compat_service), json=body, timeout=120).json()
+        assert resp["status"] == "Success" and resp["run_result"]["stdout"] == "ok\n"
+        assert "compile_timeout 100 s was cut to 60 s by DISTRS_JUDGE_COMPILE_TIME_S" in resp["message"]
+        assert "run_timeout 100 s was cut to 56.75 s by stages.run.timeout_s" in resp["message"]
+        body["stdin"] = "x"  # a new request (not the first call's batch), same program

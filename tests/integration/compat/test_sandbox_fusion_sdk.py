@@ -51,3 +51,60 @@ def test_sdk_run_code(
     assert summary(resp) == expected
     if stdout is not None:
         assert resp.run_result.stdout == stdout
+
+
+# SandboxFusion's own runner tests (sandbox/tests/runners/test_python.py, test_bash.py): a file
+# given at a nested relative path, files fetched by relative and absolute path, a 1 MiB stdin.
+NESTED = {"dir1/dir2/dir3/secret_flag": "ImhlbGxvLCB0aGlzIGlzIGEgdGVzdCI="}  # "hello, this is a test"
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", 'print(open("dir1/dir2/dir3/secret_flag").read())'),
+        ("bash", "cat dir1/dir2/dir3/secret_flag"),
+    ],
+)
+def test_sdk_nested_files_are_written_inside_the_work_dir(
+    insecure_service: Service, language: str, code: str
+) -> None:
+    req = sf.RunCodeRequest(code=code, language=language, run_timeout=5, files=NESTED)
+    resp = sf.run_code(req, endpoint=insecure_service.url, max_attempts=1, client_timeout=60)
+    assert summary(resp) == "ok", resp
+    assert "hello, this is a test" in resp.run_result.stdout
+
+
+def test_sdk_fetch_files_relative_and_absolute(insecure_service: Service) -> None:
+    import base64
+
+    code = (
+        'import os\nopen("a.txt", "w").write("secret")\nos.makedirs("out/deep")\n'
+        'open("out/deep/c.txt", "w").write("nested")\nopen("/tmp/b", "w").write("sauce")\n'
+        'open(os.getcwd() + "/d.txt", "w").write("cwd")'
+    )
+    cwd_file = "/jail/work/d.txt"
+    req = sf.RunCodeRequest(
+        code=code,
+        language="python",
+        run_timeout=5,
+        fetch_files=["a.txt", "out/deep/c.txt", "/tmp/b", cwd_file, "/etc/hostname", "missing"],
+    )
+    resp = sf.run_code(req, endpoint=insecure_service.url, max_attempts=1, client_timeout=60)
+    assert summary(resp) == "ok", resp
+    got = {k: base64.b64decode(v).decode() for k, v in resp.files.items()}
+    assert got["a.txt"] == "secret" and got["out/deep/c.txt"] == "nested"
+    # absolute paths as the program saw them; a host file is never read (/etc/hostname is the
+    # jail's read-only root, not something the program wrote), missing files are left out
+    assert "/etc/hostname" not in got and "missing" not in got
+    assert got["/tmp/b"] == "sauce"  # the session's own /tmp (its tmpfs), never the host's
+    assert got.get(cwd_file) == "cwd"
+
+
+def test_sdk_one_mib_stdin_is_accepted(insecure_service: Service) -> None:
+    data = "x" * (1 << 20)
+    req = sf.RunCodeRequest(
+        code="import sys\nprint(len(sys.stdin.read()))", language="python", run_timeout=10, stdin=data
+    )
+    resp = sf.run_code(req, endpoint=insecure_service.url, max_attempts=1, client_timeout=60)
+    assert summary(resp) == "ok", resp
+    assert resp.run_result.stdout == f"{1 << 20}\n"

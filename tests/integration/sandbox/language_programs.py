@@ -38,9 +38,10 @@ PROGRAMS: dict[str, dict[str, str]] = {
     },
     "typescript": {
         "hello": 'const greeting: string = "hello";\nconsole.log(greeting);',
-        "stdin": 'declare const require: any;\nconst n: number = parseInt(require("fs").readFileSync(0, "utf8"));\n'
-        "console.log(2 * n);",
-        "broken": 'const x: number = "text";',
+        # SandboxFusion's own stdin case (test_typescript_stdin): Node's process global, typed
+        "stdin": "let data = '';\nprocess.stdin.on('data', (chunk: Buffer) => { data += chunk.toString(); });\n"
+        "process.stdin.on('end', () => { const n: number = parseInt(data); console.log(2 * n); });",
+        "broken": "const x: number = ;",  # a syntax error (a type error runs, as under SandboxFusion's tsx)
         "loop": "while (true) {}",
     },
     "bash": {

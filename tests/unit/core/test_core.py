@@ -22,6 +22,7 @@ def test_defaults_have_the_documented_pipelines() -> None:
     assert {k: list(v.stages) for k, v in t.reward_types.items()} == {
         **languages,
         "cuda": ["compile", "execute"],
+        "kernelbench": ["compile", "execute"],
         "cpp": ["compile", "run"],
         "python": ["run"],
         "math": ["verify"],

@@ -18,6 +18,7 @@ from distrs.rewards.judge import (
     JudgeSettings,
     case_limits,
     judge_case,
+    limit_cuts,
     parse_payload,
     run_tests,
     score_of,
@@ -77,12 +78,43 @@ def test_payload_lowers_time_and_sets_memory_up_to_the_cap() -> None:
     high = case_limits(
         parse_payload({**GOOD, "time_limit_s": 1e6, "memory_limit_mb": 1 << 30}, S), S, Limits()
     )
-    assert high.wall_s == S.test_time_s and high.memory_bytes == S.max_memory_mb << 20
+    assert high.wall_s == S.max_test_time_s and high.memory_bytes == S.max_memory_mb << 20
+    raised_time = case_limits(parse_payload({**GOOD, "time_limit_s": 50}, S), S, Limits())
+    assert raised_time.wall_s == 50 > S.test_time_s  # honoured above the default, up to the ceiling
     assert high.output_bytes == S.output_bytes
     raised = case_limits(parse_payload({**GOOD, "memory_limit_mb": 2048}, S), S, Limits())
     assert raised.memory_bytes == 2048 << 20  # SandboxFusion's memory_limit_MB is the limit
     default = case_limits(parse_payload(GOOD, S), S, Limits())
     assert default.memory_bytes == S.memory_mb << 20
+
+
+@pytest.mark.parametrize(
+    ("extra", "stage_timeout", "compiles", "expected"),
+    [
+        ({"time_limit_s": 50}, 60.0, False, []),
+        ({"time_limit_s": 100}, 120.0, False, [("time_limit_s", 100, 60, "DISTRS_JUDGE_MAX_TEST_TIME_S")]),
+        (
+            {"time_limit_s": 50},
+            30.0,
+            False,
+            [("time_limit_s", 50, 28.25, "stages.run.timeout_s (pipelines: 30 s)")],
+        ),
+        (
+            {"compile_time_limit_s": 90},
+            120.0,
+            True,
+            [("compile_time_limit_s", 90, 60, "DISTRS_JUDGE_COMPILE_TIME_S")],
+        ),
+        ({"compile_time_limit_s": 90}, 120.0, False, []),  # compiled at another stage: not this one's to say
+        ({}, 10.0, True, []),  # nothing asked, nothing cut
+    ],
+)
+def test_limit_cuts_name_the_setting(
+    extra: dict[str, Any], stage_timeout: float, compiles: bool, expected: list[tuple[str, float, float, str]]
+) -> None:
+    p = parse_payload({**GOOD, **extra}, S)
+    got = limit_cuts(p, S, "run", stage_timeout, compiles=compiles).get("limits_cut", [])
+    assert [(c["field"], c["requested_s"], c["effective_s"], c["setting"]) for c in got] == expected
 
 
 def _run(
@@ -225,15 +257,24 @@ def test_raw_mode_reports_the_first_run() -> None:
     )
 
 
+def test_nested_files_and_absolute_fetch_files_are_accepted() -> None:
+    """SandboxFusion's shapes: files at nested relative paths, fetch_files absolute or nested."""
+    p = parse_payload({**GOOD, "files": {"dir1/dir2/f": "aGk="}, "fetch_files": ["/mnt/b", "out/c.txt"]}, S)
+    assert p.files == (("dir1/dir2/f", b"hi"),) and p.fetch_files == ("/mnt/b", "out/c.txt")
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
         ({"files": {"../x": "aGk="}}, "files"),
-        ({"files": {"a/b": "aGk="}}, "files"),
+        ({"files": {"/abs": "aGk="}}, "files"),
+        ({"files": {"a/./b": "aGk="}}, "files"),
+        ({"files": {"a": "aGk=", "a/b": "aGk="}}, "files"),
         ({"files": {"a": "%%%"}}, "files.a"),
         ({"files": {"a": 3}}, "files.a"),
         ({"files": ["a"]}, "files"),
-        ({"fetch_files": ["/etc/passwd"]}, "fetch_files"),
+        ({"fetch_files": ["/etc/../passwd"]}, "fetch_files"),
+        ({"fetch_files": ["a\\..\\b"]}, "fetch_files"),
         ({"fetch_files": "out.txt"}, "fetch_files"),
         ({"compile_time_limit_s": -1}, "compile_time_limit_s"),
     ],
@@ -247,3 +288,14 @@ def test_bad_files_name_the_field(extra: dict[str, object], field: str) -> None:
 def test_files_decode_and_none_is_skipped() -> None:
     p = parse_payload({**GOOD, "files": {"in.txt": "aGk=", "gone": None}, "fetch_files": ["out.txt"]}, S)
     assert p.files == (("in.txt", b"hi"),) and p.fetch_files == ("out.txt",)
+
+
+def test_limit_cuts_carry_the_compile_stages_cuts() -> None:
+    p = parse_payload({**GOOD, "compile_time_limit_s": 90, "time_limit_s": 100}, S)
+    compile_cut = limit_cuts(p, S, "compile", 120.0, compiles=True, runs=False)["limits_cut"]
+    assert [c["field"] for c in compile_cut] == ["compile_time_limit_s"]
+    import json
+
+    both = limit_cuts(p, S, "run", 120.0, earlier=json.dumps(compile_cut))["limits_cut"]
+    assert [c["field"] for c in both] == ["compile_time_limit_s", "time_limit_s"]
+    assert limit_cuts(p, S, "run", 120.0, earlier="not json")["limits_cut"][0]["field"] == "time_limit_s"

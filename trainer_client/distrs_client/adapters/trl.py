@@ -10,9 +10,11 @@ optional per-row ``reward_type`` column overrides the default type.
 It never raises into TRL's training step: a row it cannot score gets ``None``, which TRL treats as
 "no reward" rather than 0 - a row whose reward type the service does not serve (asked once with
 ``GET /v1/reward-types``) or whose payload cannot be built is left out of the batch before anything
-is sent, so it costs no waiting; a row the service judged ``invalid`` or failed on
-(``internal_error``) is ``None`` too. If the service cannot be reached at all, every row is
-``None`` and the error is logged.
+is sent, so it costs no waiting; a row the service judged ``invalid`` is ``None`` too. A row the
+service failed on (``internal_error``: its fault, not the model's) is retried ``fault_retries``
+times (default 2, the cause logged once) and is ``None`` if it still fails - never a 0
+(``adapters/faults.py``). If the service cannot be reached at all, every row is ``None`` and the
+error is logged.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import uuid
 from typing import Any
 
 from distrs_client.adapters.common import CODE_TYPES, payload_for
+from distrs_client.adapters.faults import FAULT_RETRIES, score_retrying
 from distrs_client.models import RewardResult
 from distrs_client.shared import shared_client
 from distrs_client.sync import RewardClient
@@ -66,6 +69,7 @@ class DistrsReward:
         answer_column: str | None = None,
         timeout: float | None = None,
         client: RewardClient | None = None,
+        fault_retries: int = FAULT_RETRIES,
     ) -> None:
         self._url, self._token = url, token
         self._client = client
@@ -73,6 +77,7 @@ class DistrsReward:
         self.task = task
         self.answer_column = answer_column
         self.timeout = timeout
+        self.fault_retries = fault_retries
         self._seq = itertools.count()
         self._served_types: frozenset[str] | None = None
         self._run = uuid.uuid4().hex[:12]
@@ -112,7 +117,13 @@ class DistrsReward:
         state = kwargs.get("trainer_state")
         step = getattr(state, "global_step", None)
         batch_id = f"{self._run}-{next(self._seq)}" + (f"-step{step}" if step is not None else "")
-        results = client.score_many(items, task=self.task, batch_id=batch_id, timeout=self.timeout)
+        results, _ = score_retrying(
+            lambda its, bid: client.score_many(its, task=self.task, batch_id=bid, timeout=self.timeout),
+            items,
+            batch_id,
+            task=self.task,
+            retries=self.fault_retries,
+        )
         for i, r in zip(rows, results, strict=True):
             out[i] = row_score(r)
         return out
