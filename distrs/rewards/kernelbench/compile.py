@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -298,23 +299,28 @@ class CompileHandler(KernelHandler):
         if left <= 1:
             raise BuildTimeout
         exe, _ = interpreter(self._settings.python)
+        env = jail_env(self._settings, build=True)
+        mounts = jail_mounts(self._settings)
+        store = self.pch()
+        flags = args.get("extra_cflags") or []
+        pch = store.get(flags) if store is not None and isinstance(flags, list) else None
+        if pch is not None:  # g++ loads torch/extension.h precompiled (pch.py)
+            env["DISTRS_KB_PCH"] = pch
+            mounts = replace(mounts, ro_paths=(*mounts.ro_paths, pch))
         with self.sandbox.session(disk_bytes=2048 * MiB) as s:
             s.write_file("builder_child.py", (HERE / "builder_child.py").read_bytes())
             r = s.run(
                 [exe, "-I", "-B", "builder_child.py"],
                 limits=build_limits(self._settings, left),
                 stdin=json.dumps(args).encode(),
-                env=jail_env(self._settings, build=True),
-                mounts=jail_mounts(self._settings),
+                env=env,
+                mounts=mounts,
             )
             if r.timed_out:
                 raise BuildTimeout
-            try:
-                last = json.loads(r.stdout.decode(errors="replace").strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                raise SandboxError(
-                    f"kernel builder failed: {r.describe()}: {snippet(r.stderr, 2000)}"
-                ) from None
+            last = _last_json(r.stdout)
+            if not last:
+                raise SandboxError(f"kernel builder failed: {r.describe()}: {snippet(r.stderr, 2000)}")
             if not last.get("ok"):
                 return BuildError(str(last.get("message", "build failed")))
             data = s.read_file("out.so", MAX_BINARY_BYTES)
