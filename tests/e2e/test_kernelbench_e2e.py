@@ -9,7 +9,6 @@ a first run on a machine pays for two nvcc builds and one g++ build.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import signal
@@ -35,16 +34,17 @@ from tests.fixtures.kernel_problems import (
 )
 from tests.fixtures.service import free_port, wait_http
 from tests.integration.rewards.kernelbench.conftest import CACHE_DIR
+from tests.requirements import need
 
 pytestmark = [
     pytest.mark.kernels,
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (the 'kernels' extra)"),
 ]
 
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    need("torch", "compile and execute workers build and judge kernels with torch (the 'kernels' extra)")
     tmp = tmp_path_factory.mktemp("kb-up")
     cfg = tmp / "pipelines.yaml"
     # cold nvcc builds of torch extensions take minutes on a 2-core machine

@@ -8,7 +8,6 @@ shared volume would keep them; only the first run on a machine builds.
 
 from __future__ import annotations
 
-import importlib.util
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from distrs.sandbox import SandboxSettings
 from distrs.sandbox.factory import probe_bwrap
 from distrs.sandbox.local import BWRAP, LocalSandbox
 from tests.fixtures.kernel_problems import HONEST, REFERENCE
+from tests.requirements import need
 
 CACHE_DIR = "/var/tmp/distrs-kernels-cache"
 UID_BASE = 63200  # a range no other test uses
@@ -37,15 +37,19 @@ def kernel_settings(**kw: Any) -> KernelSettings:
 
 @pytest.fixture(scope="session")
 def kernel_sandbox() -> Iterator[LocalSandbox]:
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed (pip install -e '.[kernels]')")
+    need("torch", "kernel builds and judging run torch (the 'kernels' extra: make install)")
+    need("ninja", "torch's load_inline builds with ninja (the 'kernels' extra: make install)")
     with tempfile.TemporaryDirectory(prefix="distrs-kb-") as tmp:
         settings = SandboxSettings(
             workdir_base=str(Path(tmp) / "sbx"), uid_base=UID_BASE, uid_count=UID_COUNT
         )
         reason = probe_bwrap(settings)
-        if reason is not None:
-            pytest.skip(f"bwrap sandbox unavailable here: {reason}")
+        need(
+            "bwrap jail",
+            "untrusted kernels build and run in the jail",
+            found=reason is None,
+            detail=reason or "",
+        )
         yield LocalSandbox(settings, BWRAP)
 
 
