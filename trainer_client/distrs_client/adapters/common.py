@@ -23,15 +23,26 @@ def reward_type_for(data_source: str | None, extra_info: dict[str, Any] | None, 
     return default
 
 
+_MALFORMED = object()
+
+
+def parsed_ground_truth(ground_truth: Any) -> Any:
+    """A ground truth as given, or decoded from JSON when it is text; :data:`_MALFORMED` for text
+    that is not JSON."""
+    if isinstance(ground_truth, (bytes, str)):
+        try:
+            return json.loads(ground_truth)
+        except ValueError:
+            return _MALFORMED
+    return ground_truth
+
+
 def cases_from(ground_truth: Any) -> list[dict[str, Any]]:
     """Test cases from a ground truth: a list of ``{stdin, expected_stdout}``, or the
     ``{"inputs": [...], "outputs": [...]}`` form (as a dict or JSON string) common in code datasets."""
-    gt = ground_truth
-    if isinstance(gt, (bytes, str)):
-        try:
-            gt = json.loads(gt)
-        except ValueError:
-            return []
+    gt = parsed_ground_truth(ground_truth)
+    if gt is _MALFORMED:
+        return []
     if isinstance(gt, dict) and "inputs" in gt and "outputs" in gt:
         return [
             {"stdin": str(i), "expected_stdout": str(o)}
@@ -45,12 +56,7 @@ def cases_from(ground_truth: Any) -> list[dict[str, Any]]:
 def call_based_fn(ground_truth: Any) -> str | None:
     """The ``fn_name`` of a call-based ground truth (``{"inputs", "outputs", "fn_name"}``, as
     verl's code datasets carry it), else None."""
-    gt = ground_truth
-    if isinstance(gt, (bytes, str)):
-        try:
-            gt = json.loads(gt)
-        except ValueError:
-            return None
+    gt = parsed_ground_truth(ground_truth)
     name = gt.get("fn_name") if isinstance(gt, dict) else None
     return name if isinstance(name, str) and name else None
 

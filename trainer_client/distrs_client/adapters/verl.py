@@ -35,11 +35,10 @@ is 0.0, so filter on it).
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any, NamedTuple
 
-from distrs_client.adapters.common import CODE_TYPES, payload_for, reward_type_for
+from distrs_client.adapters.common import CODE_TYPES, parsed_ground_truth, payload_for, reward_type_for
 from distrs_client.adapters.faults import FAULT, FAULT_RETRIES, ascore_retrying, fault_cause, score_retrying
 from distrs_client.errors import RewardFaultError
 from distrs_client.extract import extract_code
@@ -83,12 +82,7 @@ def _opts(kwargs: dict[str, Any]) -> _Options:
 def _test_cases(ground_truth: Any) -> dict[str, Any] | list[Any] | None:
     """The ground truth as verl's SandboxFusion path parses it: a dict (maybe JSON), or our own
     list of ``{stdin, expected_stdout}``; None when it is malformed (verl scores that 0.0)."""
-    gt = ground_truth
-    if isinstance(gt, (bytes, str)):
-        try:
-            gt = json.loads(gt)
-        except ValueError:
-            return None
+    gt = parsed_ground_truth(ground_truth)
     if isinstance(gt, list):
         return gt
     return gt if isinstance(gt, dict) else None
