@@ -109,10 +109,17 @@ def _defaults_text() -> str:
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Reward types are replaced whole; a stage's fields merge over the default stage's, so
+    ``execute: {timeout_s: 300}`` keeps it a GPU stage with its cost and resources."""
     out = dict(base)
     for key in ("stages", "reward_types"):
         merged = dict(base.get(key) or {})
-        merged.update(override.get(key) or {})
+        for name, spec in (override.get(key) or {}).items():
+            old = merged.get(name)
+            if key == "stages" and isinstance(old, dict) and isinstance(spec, dict):
+                merged[name] = {**old, **spec}
+            else:
+                merged[name] = spec
         out[key] = merged
     return out
 

@@ -39,6 +39,8 @@ def test_file_overrides_merge_over_defaults(tmp_path: Path) -> None:
     )
     t = load_pipelines(f)
     assert t.stages["compile"].timeout_s == 10 and t.stages["lint"].cost == 0.5
+    # a stage's other fields keep their defaults
+    assert t.stages["compile"].resources.cpu == "4" and t.stages["compile"].resource is ResourceClass.CPU
     assert list(t.reward_types["rust"].stages) == ["lint", "run"] and "cuda" in t.reward_types
 
 
