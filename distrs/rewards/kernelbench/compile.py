@@ -62,9 +62,9 @@ def findings(items: Any) -> list[dict[str, str]]:
     return [{"check": f.check, "why": f.why} for f in items]
 
 
-def failed(p: KernelPayload | None, stage: Stage, status: Status, **detail: Any) -> StageOutput:
+def failed(p: KernelPayload, stage: Stage, status: Status, **detail: Any) -> StageOutput:
     """A final result before the execute stage: KernelBench's fields say what was reached."""
-    value = score(p.reward, Outcome(stage), p.speedup_cap) if p is not None else 0.0
+    value = score(p.reward, Outcome(stage), p.speedup_cap)
     detail.setdefault("compiled", False)
     detail.setdefault("correctness", False)
     detail.setdefault("runtime", -1.0)
@@ -115,7 +115,7 @@ class CompileHandler(KernelHandler):
         """Make the precompiled header in a jail and copy it to ``out`` (see ``pch.py``)."""
         exe, _ = interpreter(self._settings.python)
         with self.sandbox.session(disk_bytes=GCH_MAX_BYTES + 256 * MiB) as s:
-            s.write_file("builder_child.py", (HERE / "builder_child.py").read_bytes())
+            s.write_file("builder_child.py", child_files("builder_child.py")["builder_child.py"])
             r = s.run(
                 [exe, "-I", "-B", "builder_child.py", "--pch"],
                 limits=build_limits(self._settings, 1800.0),
@@ -308,7 +308,7 @@ class CompileHandler(KernelHandler):
             env["DISTRS_KB_PCH"] = pch
             mounts = replace(mounts, ro_paths=(*mounts.ro_paths, pch))
         with self.sandbox.session(disk_bytes=2048 * MiB) as s:
-            s.write_file("builder_child.py", (HERE / "builder_child.py").read_bytes())
+            s.write_file("builder_child.py", child_files("builder_child.py")["builder_child.py"])
             r = s.run(
                 [exe, "-I", "-B", "builder_child.py"],
                 limits=build_limits(self._settings, left),

@@ -38,7 +38,6 @@ import time
 from collections import OrderedDict
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from distrs.core.model import Status
@@ -48,7 +47,7 @@ from distrs.rewards.gpu_env import timing_flags
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import InvalidPayload, MiB, stage_budget
 from distrs.rewards.kernelbench.compare import BadTensors, compare, decode, digest, digest_matches
-from distrs.rewards.kernelbench.compile import MODULES
+from distrs.rewards.kernelbench.compile import MODULES, child_files
 from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
 from distrs.rewards.kernelbench.handler_base import KernelHandler
 from distrs.rewards.kernelbench.jailed import ChildGone, ChildTimeout, JailedChild
@@ -58,7 +57,6 @@ from distrs.rewards.kernelbench.timing import Call, charge, digest_agrees, stats
 from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts
 from distrs.sandbox import Limits, MemoryKind, Sandbox
 
-HERE = Path(__file__).parent
 WARMUP = 3
 DIGEST_PRIME = 2_147_483_629  # weights ((i*a + b) mod p) / p; a, b drawn per call
 MAX_OUTPUT_BYTES = 1024 * MiB
@@ -229,7 +227,7 @@ class Judge:
     def _left(self, cap: float) -> float:
         return max(0.05, min(cap, self.deadline - time.monotonic()))
 
-    def _start(self, stack: ExitStack, role: str, files: dict[str, bytes]) -> JailedChild:
+    def _start(self, stack: ExitStack, files: dict[str, bytes]) -> JailedChild:
         exe, _ = interpreter(self.s.python)
         session = stack.enter_context(self.h.sandbox.session(disk_bytes=256 * MiB))
         for name, data in files.items():
@@ -291,16 +289,15 @@ class Judge:
     def run(self) -> StageOutput:
         modules = _modules(self.inp)
         common = {
-            "run_child.py": (HERE / "run_child.py").read_bytes(),
-            "callkey.py": (HERE / "callkey.py").read_bytes(),
+            **child_files("run_child.py", "callkey.py"),
             "reference.py": self.p.original_model_src.encode(),
         }
         cand_files = {**common, "candidate.py": (self.p.custom_model_src or "").encode()}
         cand_files.update({m["file"]: m["data"] for m in modules})
         shipped = [{k: m[k] for k in ("key", "module", "file")} for m in modules]
         with ExitStack() as stack:
-            self.ref = self._start(stack, "reference", common)
-            self.cand = self._start(stack, "candidate", cand_files)
+            self.ref = self._start(stack, common)
+            self.cand = self._start(stack, cand_files)
             seed = secrets.randbits(31)
             init = {
                 "cmd": "init",

@@ -101,9 +101,6 @@ class JailedChild:
         self.send(cmd)
         return self.recv(time.monotonic() + timeout_s)
 
-    def oom_kills(self) -> int:
-        return self._helper.oom_kills()
-
     def close(self) -> None:
         with suppress(Exception):
             self._sel.close()

@@ -262,7 +262,6 @@ class Runner:
         send({"ok": True, "tensors": meta}, data)
 
     def profile(self) -> None:
-        torch = self.torch
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -270,7 +269,6 @@ class Runner:
             self.sync()
         names = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
         send({"ok": True, "kernels": names[:200]})
-        del torch
 
     def threads(self) -> None:
         send(
