@@ -164,7 +164,10 @@ class CompileHandler(KernelHandler):
         if isinstance(cached, StageOutput):
             if cached.outcome == "next":
                 return StageOutput.next({**cached.artifacts, "compile_cached": "1"})
-            return StageOutput.final(cached.status or Status.COMPILE_ERROR, cached.score, **cached.detail)
+            # scored by this payload's formula: the same source may come with another reward
+            stage = Stage(cached.detail.get("outcome", Stage.COMPILE_ERROR.value))
+            value = score(p.reward, Outcome(stage), p.speedup_cap)
+            return StageOutput.final(cached.status or Status.COMPILE_ERROR, value, **cached.detail)
         out = self._compile(inp, p, report)
         if out.outcome == "next" or out.status is Status.COMPILE_ERROR:
             self._results.put(key, out)

@@ -201,3 +201,11 @@ def test_completion_code_block_is_compiled(
     out = compiler.run(stage_input("compile", p))
     assert out.outcome == "next" and compiler.builds == builds
     assert out.artifacts["kernel_modules"] == honest_artifacts["kernel_modules"]
+
+
+def test_a_cached_compile_error_is_scored_by_the_resubmissions_formula(compiler: CompileHandler) -> None:
+    broken = HONEST + "\nraise RuntimeError('import fails after the build')\n"
+    first = compiler.run(stage_input("compile", payload(broken)))
+    again = compiler.run(stage_input("compile", payload(broken, reward="kernelgym")))
+    assert first.status is Status.COMPILE_ERROR and first.score == 0.0
+    assert again.status is Status.COMPILE_ERROR and again.score == -0.5
