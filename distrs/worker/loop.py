@@ -96,11 +96,10 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         serving = [t for t, rt in table.reward_types.items() if stage in rt.stages]
         if reward_types is None:  # every type of the stage, less those whose optional extra is missing
-            for t in serving:
-                why = missing_extra(t)
-                if why is not None:
-                    log.info("worker does not serve %r: %s", t, why)
-            reward_types = [t for t in serving if missing_extra(t) is None]
+            missing = {t: why for t in serving if (why := missing_extra(t)) is not None}
+            for t, why in missing.items():
+                log.info("worker does not serve %r: %s", t, why)
+            reward_types = [t for t in serving if t not in missing]
         self.reward_types = [t for t in reward_types if t in serving]
         self.wait_s = wait_s
         self.heartbeat_s = heartbeat_s
