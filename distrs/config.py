@@ -28,6 +28,15 @@ class StoreSettings(_Base):
     )
     result_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="How long finished batches are kept.")
     redis_connect_timeout_s: float = Field(5.0, gt=0, description="Longest wait to open a Redis connection.")
+    redis_max_connections: int = Field(
+        128,
+        ge=1,
+        description="Redis connections one process opens at most; calls beyond them wait for a free one "
+        "(up to redis_pool_timeout_s, then the store answers unavailable, 503) instead of failing at once.",
+    )
+    redis_pool_timeout_s: float = Field(
+        5.0, gt=0, description="Longest wait for a free Redis connection when all are in use."
+    )
     redis_keepalive_s: float = Field(
         10.0,
         ge=1,

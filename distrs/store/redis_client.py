@@ -59,5 +59,17 @@ def client_options(url: str, settings: StoreSettings) -> dict[str, Any]:
 
 
 def connect(url: str, settings: StoreSettings) -> aioredis.Redis:
-    """A client for ``url``; connections are opened lazily, on first use."""
-    return aioredis.Redis.from_url(url, **client_options(url, settings))
+    """A client for ``url``; connections are opened lazily, on first use.
+
+    The pool blocks: redis-py's default pool raises "Too many connections" the moment more than
+    its maximum (100) calls are in flight, which a busy proxy reaches with a few hundred
+    long-polling workers and trainers, and every such call would be answered 503. Here a call
+    beyond ``redis_max_connections`` waits for a connection to come back, and only one that
+    waits longer than ``redis_pool_timeout_s`` fails (a ``ConnectionError``: store unavailable)."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=settings.redis_max_connections,
+        timeout=settings.redis_pool_timeout_s,
+        **client_options(url, settings),
+    )
+    return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes both

@@ -79,3 +79,23 @@ def test_options_follow_settings() -> None:
 def test_keepalive_setting_is_validated() -> None:
     with pytest.raises(ValueError, match="redis_keepalive_s"):
         _settings("redis://r/0", redis_keepalive_s=0)
+
+
+async def test_calls_beyond_the_pool_wait_for_a_connection(redis_server: RedisServer) -> None:
+    """More calls in flight than the pool has connections: they queue for one instead of failing
+    with redis-py's "Too many connections" (which the proxy would answer 503), and the pool never
+    opens more than its maximum."""
+    import asyncio
+
+    url = redis_server.url
+    store = RedisStore.from_url(
+        url, _settings(url, redis_max_connections=3), namespace=f"t-{uuid.uuid4().hex[:8]}"
+    )
+    try:
+        results = await asyncio.gather(*(store.get_batch("t", f"b{i}") for i in range(300)))
+        assert results == [None] * 300
+        pool = store._r.connection_pool
+        assert pool.max_connections == 3
+        assert len(pool._available_connections) + len(pool._in_use_connections) <= 3
+    finally:
+        await store.close()
