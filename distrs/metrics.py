@@ -53,6 +53,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None, tenant_labels: bool = False) -> None:
         self.registry = registry or CollectorRegistry()
         self.tenant_labels = tenant_labels
+        self._stage_children: dict[str, tuple[Any, Any, Any]] = {}
         r = self.registry
         self.queue_depth = TaskLabelled(
             Gauge("distrs_queue_depth", "Requests waiting per stage and task", ["stage", "task"], registry=r),
@@ -163,6 +164,20 @@ class Metrics:
         self.actuator_errors = Counter(
             "distrs_actuator_errors_total", "Actuator calls that failed", ["stage", "reason"], registry=r
         )
+
+    def stage_children(self, stage: str) -> tuple[Any, Any, Any]:
+        """The run-time and queue-time histograms and the busy-seconds counter of ``stage``, looked
+        up once per stage: every completion records all three, and ``labels()`` takes a lock and
+        builds a key each call. These collectors are never cleared, so the children stay valid."""
+        got = self._stage_children.get(stage)
+        if got is None:
+            got = (
+                self.stage_run_seconds.labels(stage),
+                self.stage_queue_seconds.labels(stage),
+                self.worker_seconds_busy.labels(stage),
+            )
+            self._stage_children[stage] = got
+        return got
 
 
 # GPU gauges of an execute worker: (metric name, GpuState attribute, help). Read from NVML at
