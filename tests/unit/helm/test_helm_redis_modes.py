@@ -359,3 +359,12 @@ def test_schema_rejects_bad_redis_values_naming_the_field(
     with pytest.raises(helm.HelmValuesError) as err:
         chart.validate_schema(values)
     assert field in str(err.value)
+
+
+def test_notes_tell_how_to_see_the_cluster_state(chart: Any) -> None:
+    notes = chart.render({"redis": {"mode": "cluster"}}, name="rel", namespace=NAMESPACE)[
+        "distrs/templates/NOTES.txt"
+    ]
+    assert f"Job {SVC}-cluster-form" in notes and f"exec {SVC}-0" in notes and "cluster info" in notes
+    plain = chart.render({}, name="rel", namespace=NAMESPACE)["distrs/templates/NOTES.txt"]
+    assert "Redis Cluster" not in plain
