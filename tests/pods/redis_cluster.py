@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import ipaddress
 import secrets
 import shutil
@@ -173,7 +174,7 @@ class RedisClusterPods:
         for n, plan in zip(self.nodes, plans, strict=True):
             self._materialize(plan)
             self._podman("run", *plan.args)
-            self._cleanup.append(lambda name=n.name: self._podman("rm", "-f", "-t", "1", name, check=False))
+            self._cleanup.append(functools.partial(self._podman, "rm", "-f", "-t", "1", n.name, check=False))
 
 
 def start_redis_cluster(objs: list[dict[str, Any]], podman_env: dict[str, str]) -> RedisClusterPods:

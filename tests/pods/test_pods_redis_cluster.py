@@ -13,6 +13,7 @@ tier proves is that the chart's Redis objects make a working cluster.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 
 from scripts import build_images
 from tests.pods.cluster import deep_merge
-from tests.pods.redis_cluster import RedisClusterPods, start_redis_cluster
+from tests.pods.redis_cluster import Node, RedisClusterPods, start_redis_cluster
 from tests.requirements import need
 from tests.unit.helm.chart_render import render
 
@@ -54,7 +55,7 @@ def redis_cluster(pod_tool: build_images.Tool, redis_image: str) -> Iterator[Red
 
 def _formed(rc: RedisClusterPods) -> None:
     for n in rc.nodes:
-        rc.wait(lambda n=n: rc.ready(n), 120, f"{n.pod} not ready before the cluster is formed")
+        rc.wait(functools.partial(rc.ready, n), 120, f"{n.pod} not ready before the cluster is formed")
     status, log = rc.run_job()
     assert status == 0, log
     assert "forming a cluster of 6 nodes, 1 replica(s) per primary" in log, log
@@ -84,7 +85,7 @@ def test_rendered_job_forms_the_cluster_and_clients_follow_pod_names(redis_clust
         info = rc.info(n)
         assert info["cluster_state"] == "ok" and info["cluster_known_nodes"] == "6", (n.pod, info)
         assert rc.cli(n, "config", "get", "appendonly").split() == ["appendonly", "yes"]
-        rc.wait(lambda n=n: rc.ready(n), 60, f"{n.pod} not ready once formed")
+        rc.wait(functools.partial(rc.ready, n), 60, f"{n.pod} not ready once formed")
     roles = _roles(rc)
     assert sorted(roles.values()) == ["master"] * 3 + ["slave"] * 3, roles
     # Slots point clients at the announced pod DNS names, not at the addresses of the moment.
@@ -127,7 +128,7 @@ def test_killed_primary_is_replaced_by_its_replica(redis_cluster: RedisClusterPo
     assert rc.cli(others[0], "-c", "get", key).strip() == "kept"
 
 
-def _roles_of(rc: RedisClusterPods, nodes: list[Any]) -> dict[str, str]:
+def _roles_of(rc: RedisClusterPods, nodes: list[Node]) -> dict[str, str]:
     out = {}
     for n in nodes:
         first = rc.cli(n, "role").splitlines()[0].strip()
@@ -140,15 +141,19 @@ def test_cluster_finds_itself_when_every_pod_moved(redis_cluster: RedisClusterPo
     _formed(rc)
     rc.cli(rc.nodes[0], "-c", "-h", rc.nodes[0].ip, "set", "{moved}", "still-here")
     for n in rc.nodes:  # replicas caught up before the move
-        rc.wait(lambda n=n: rc.ready(n), 60, f"{n.pod} not ready before the move")
+        rc.wait(functools.partial(rc.ready, n), 60, f"{n.pod} not ready before the move")
     old = {n.pod: n.ip for n in rc.nodes}
     rc.move()
     assert all(n.ip != old[n.pod] for n in rc.nodes)
     for n in rc.nodes:
         rc.wait(
-            lambda n=n: rc.info(n).get("cluster_state") == "ok" and rc.ready(n),
+            functools.partial(_ok_and_ready, rc, n),
             120,
             f"{n.pod} not back in an ok cluster after every pod moved",
         )
     seed = f"{rc.statefulset['spec']['serviceName']}.rewards.svc"
     assert rc.cli(rc.nodes[5], "-c", "-h", seed, "get", "{moved}").strip() == "still-here"
+
+
+def _ok_and_ready(rc: RedisClusterPods, n: Node) -> bool:
+    return rc.info(n).get("cluster_state") == "ok" and rc.ready(n)

@@ -226,13 +226,15 @@ def test_processes_get_cluster_mode_and_a_seed_url(rendered: dict[str, Any]) -> 
         # any node is a seed (the headless Service name resolves to all of them); no database number
         assert env["DISTRS_REDIS_URL"] == f"redis://:$(REDIS_PASSWORD)@{SVC}.{NAMESPACE}.svc:6379"
         assert names.index("REDIS_PASSWORD") < names.index("DISTRS_REDIS_URL")  # $(VAR) needs it first
-    for dep in find(objs, "Deployment"):
-        if (
-            dep["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
-        ):  # workers talk to the proxy only
-            assert not any(
-                n.startswith("DISTRS_REDIS") for n in env_of(dep["spec"]["template"]["spec"]["containers"][0])
-            )
+    workers = [
+        d
+        for d in find(objs, "Deployment")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    ]
+    assert len(workers) == 4
+    for d in workers:  # workers talk to the proxy only
+        env = env_of(d["spec"]["template"]["spec"]["containers"][0])
+        assert not any(n.startswith("DISTRS_REDIS") for n in env)
     # standalone stays as it was: the store's default mode, db 0 of the one Redis
     for dep in (f"{F}-proxy", f"{F}-planner"):
         env = env_of(_container(rendered["defaults"], "Deployment", dep))
