@@ -5,7 +5,8 @@ StatefulSet (`<sts>-0` .. `<sts>-N-1`) from the rendered pod template with `pods
 on an address of its own on a podman network the harness creates. The headless Service is mirrored
 the way cluster DNS answers it: `--add-host` entries give every pod's name
 (`<pod>.<service>.<namespace>.svc`) its address and the Service name the first pod's (a seed).
-`run_job()` runs the rendered formation Job's pod the same way and returns its exit status and log.
+`run_job()` runs the rendered formation Job's pod the same way and returns its exit status and log;
+`run_pod()` runs a command in a rendered Deployment's pod (the proxy's env and security context).
 
 `move()` removes every node container and starts them again on new addresses with their volumes
 kept: what a cluster sees when all its pods are rescheduled at once.
@@ -109,6 +110,30 @@ class RedisClusterPods:
         r = self._podman("wait", name, timeout=timeout)
         return int(r.stdout.strip().splitlines()[-1]), self.logs(name)
 
+    def run_pod(
+        self, workload: dict[str, Any], image: str, command: list[str], timeout: float = 120
+    ) -> tuple[int, str]:
+        """Run `command` in a pod of a rendered Deployment (its env, security context, volumes) on
+        the cluster's network, to completion: (exit status, log)."""
+        spec = copy.deepcopy(workload["spec"]["template"]["spec"])
+        spec["containers"][0]["command"], spec["containers"][0]["args"] = command, []
+        pod = f"{workload['metadata']['name']}-{secrets.token_hex(3)}"
+        name = f"{pod}-{self._net[-8:]}"
+        plan = podspec.plan_pod(
+            pod, spec, image, self._cluster(pod), self._addresses.pop(), container_name=name
+        )
+        self._materialize(plan)
+        self._podman("run", *plan.args)
+        self._cleanup.append(functools.partial(self._podman, "rm", "-f", "-t", "1", name, check=False))
+        r = self._podman("wait", name, timeout=timeout)
+        return int(r.stdout.strip().splitlines()[-1]), self.logs(name)
+
+    def wipe(self, node: Node) -> None:
+        """The node's pod comes back with an empty volume (a lost PVC), on the same address."""
+        self._podman("rm", "-f", "-t", "1", node.name)
+        shutil.rmtree(self._work / "volumes" / node.pod / "data")
+        self._start_nodes([node])
+
     def kill(self, node: Node) -> None:
         self._podman("kill", node.name)
 
@@ -161,7 +186,7 @@ class RedisClusterPods:
             p.write_bytes(data)
             p.chmod(0o644)
 
-    def _start_nodes(self) -> None:
+    def _start_nodes(self, only: list[Node] | None = None) -> None:
         template = copy.deepcopy(self.statefulset["spec"]["template"]["spec"])
         for vct in self.statefulset["spec"]["volumeClaimTemplates"]:
             template.setdefault("volumes", []).append(
@@ -169,9 +194,9 @@ class RedisClusterPods:
             )
         plans = [
             podspec.plan_pod(n.pod, template, None, self._cluster(n.pod), n.ip, container_name=n.name)
-            for n in self.nodes
+            for n in only or self.nodes
         ]  # the volume root is per pod, so a moved node finds its data again
-        for n, plan in zip(self.nodes, plans, strict=True):
+        for n, plan in zip(only or self.nodes, plans, strict=True):
             self._materialize(plan)
             self._podman("run", *plan.args)
             self._cleanup.append(functools.partial(self._podman, "rm", "-f", "-t", "1", n.name, check=False))

@@ -3,12 +3,14 @@
 Six nodes start from the rendered StatefulSet's pod template (start script, probes, AOF, the
 announced pod DNS names, the password Secret, the pod's securityContext), the rendered formation
 Job's pod forms the cluster, and the cluster then behaves as the chart promises: every node
-reports cluster_state:ok, 3 primaries each with a replica, clients are sent to the pods' DNS
-names, a second run of the Job changes nothing, a killed primary's replica takes over, and a
-cluster whose pods all came back on new addresses finds itself again.
+reports cluster_state:ok, 3 primaries each with a replica, clients (redis-cli, and redis-py's
+cluster client in the proxy's pod with the env the chart gives it) are sent to the pods' DNS
+names, a second run of the Job changes nothing, a node whose volume was lost is refused by name,
+a killed primary's replica takes over, and a cluster whose pods all came back on new addresses
+finds itself again.
 
-The DistRS processes are not started here: the store's own cluster tests cover them; what this
-tier proves is that the chart's Redis objects make a working cluster.
+The DistRS processes are not started on the cluster here: the store's own cluster tests cover
+them; what this module proves is that the chart's Redis objects make a working cluster.
 """
 
 from __future__ import annotations
@@ -33,18 +35,19 @@ VALUES: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def redis_image(pod_tool: build_images.Tool) -> str:
-    """Only the Redis image: this module runs no DistRS process."""
-    image = build_images.build(("redis",), tool=pod_tool)["redis"]
-    r = pod_tool.run("run", "--rm", "--network", "none", image, "true", check=False, capture=True)
+def images(pod_tool: build_images.Tool) -> dict[str, str]:
+    """The Redis image and the service image (the proxy's pod runs the cluster client)."""
+    images = build_images.build(("redis",), tool=pod_tool)
+    r = pod_tool.run("run", "--rm", "--network", "none", images["redis"], "true", check=False, capture=True)
     if r.returncode != 0:
         need("pod runtime", "the pod-runtime tier starts containers", found=False, detail=r.stderr[-800:])
-    return image
+    images.update(build_images.build(("service",), tool=pod_tool))
+    return images
 
 
 @pytest.fixture
-def redis_cluster(pod_tool: build_images.Tool, redis_image: str) -> Iterator[RedisClusterPods]:
-    repo, tag = redis_image.rsplit(":", 1)
+def redis_cluster(pod_tool: build_images.Tool, images: dict[str, str]) -> Iterator[RedisClusterPods]:
+    repo, tag = images["redis"].rsplit(":", 1)
     objs = render(deep_merge(VALUES, {"redis": {"image": {"repository": repo, "tag": tag}}}))
     rc = start_redis_cluster(objs, pod_tool.env)
     try:
@@ -77,7 +80,24 @@ def _roles(rc: RedisClusterPods) -> dict[str, str]:
     raise AssertionError("no node answers")
 
 
-def test_rendered_job_forms_the_cluster_and_clients_follow_pod_names(redis_cluster: RedisClusterPods) -> None:
+# Run in the proxy's pod: what its DISTRS_REDIS_URL and DISTRS_REDIS_MODE give redis-py's cluster client.
+CLIENT = """
+import os
+from redis.cluster import RedisCluster
+assert os.environ["DISTRS_REDIS_MODE"] == "cluster"
+c = RedisCluster.from_url(os.environ["DISTRS_REDIS_URL"])
+keys = [f"{{t:tenant/task-{i}}}:batch" for i in range(40)]
+for i, k in enumerate(keys):
+    c.set(k, i)
+assert [int(c.get(k)) for k in keys] == list(range(40))
+print("SERVED-BY", " ".join(sorted({c.get_node_from_key(k).host for k in keys})))
+print("NODES", " ".join(sorted(n.host for n in c.get_nodes())))
+"""
+
+
+def test_rendered_job_forms_the_cluster_and_clients_follow_pod_names(
+    redis_cluster: RedisClusterPods, images: dict[str, str]
+) -> None:
     rc = redis_cluster
     assert len(rc.nodes) == 6
     _formed(rc)
@@ -99,6 +119,20 @@ def test_rendered_job_forms_the_cluster_and_clients_follow_pod_names(redis_clust
     assert rc.cli(rc.nodes[3], "-c", "-h", seed, "get", "k29").strip() == "29"
     # every primary got some of them, and its replica too
     rc.wait(lambda: all(int(rc.cli(n, "dbsize").strip()) > 0 for n in rc.nodes), 30, "a node holds no key")
+    # The proxy's pod, with the env the chart gives it, reaches every primary through the seed and
+    # is sent to the nodes' pod DNS names.
+    proxy = next(
+        o for o in rc.objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-proxy")
+    )
+    status, log = rc.run_pod(proxy, images["service"], ["python", "-c", CLIENT])
+    assert status == 0, log
+    out = dict(line.split(" ", 1) for line in log.splitlines() if line.startswith(("SERVED-BY", "NODES")))
+    pod_names = {f"{n.pod}.{svc}.rewards.svc" for n in rc.nodes}
+    assert set(out["NODES"].split()) == pod_names, log
+    served = set(out["SERVED-BY"].split())
+    assert (
+        len(served) == 3 and served <= pod_names and all(roles[h.split(".")[0]] == "master" for h in served)
+    )
     # Upgrades run the Job again: on a formed cluster it changes nothing.
     status, log = rc.run_job()
     assert status == 0 and "already formed; nothing to do" in log, log
@@ -157,3 +191,18 @@ def test_cluster_finds_itself_when_every_pod_moved(redis_cluster: RedisClusterPo
 
 def _ok_and_ready(rc: RedisClusterPods, n: Node) -> bool:
     return rc.info(n).get("cluster_state") == "ok" and rc.ready(n)
+
+
+def test_job_refuses_to_join_an_empty_node_to_a_formed_cluster(redis_cluster: RedisClusterPods) -> None:
+    """A pod back with an empty volume is not silently made part of a cluster that holds data."""
+    rc = redis_cluster
+    _formed(rc)
+    roles = _roles(rc)
+    lost = next(n for n in rc.nodes if roles[n.pod] == "slave")
+    rc.wipe(lost)
+    rc.wait(functools.partial(rc.ready, lost), 60, f"{lost.pod} not answering after its volume was lost")
+    assert rc.info(lost)["cluster_known_nodes"] == "1"
+    status, log = rc.run_job()
+    assert status != 0, log
+    assert f"not in it: {lost.ip}:6379" in log and "redis-cli --cluster add-node" in log, log
+    assert rc.info(lost)["cluster_known_nodes"] == "1"  # left alone for the operator
