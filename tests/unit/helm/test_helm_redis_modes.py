@@ -19,7 +19,9 @@ from tests.unit.helm.chart_render import CHART, NAMESPACE, env_of, find, one, re
 helm = need_module("helm_python", "the chart is rendered with it (the dev extra installs it)")
 
 F = "rel-distrs"
-SVC = f"{F}-redis"
+REDIS = f"{F}-redis"  # the standalone StatefulSet, the password Secret, the NetworkPolicy
+SVC = f"{F}-redis-cluster"  # the cluster's StatefulSet and headless Service
+JOB = f"{SVC}-form"
 SCRIPTS = CHART / "files" / "redis-cluster"
 EXTERNAL_CLUSTER_URL = "rediss://:pw@clustercfg.rewards.abc123.use1.cache.amazonaws.com:6379"
 
@@ -111,10 +113,23 @@ def test_cluster_statefulset_headless_service_and_pdb(rendered: dict[str, Any]) 
     pdb = one(objs, "PodDisruptionBudget", SVC)
     assert pdb["spec"]["maxUnavailable"] == 1
     assert _selects(pdb["spec"]["selector"]["matchLabels"], pod_labels)
-    job = one(objs, "Job", f"{SVC}-cluster-form")
+    job = one(objs, "Job", JOB)
     assert not _selects(pdb["spec"]["selector"]["matchLabels"], job["spec"]["template"]["metadata"]["labels"])
-    # the standalone objects are not there
-    assert len(find(objs, "StatefulSet")) == 1 and len(find(objs, "Service", SVC)) == 1
+    # the standalone Redis is not there; its name stays free, so switching modes replaces the store
+    assert not find(objs, "StatefulSet", REDIS) and not find(objs, "Service", REDIS)
+    assert len(find(objs, "StatefulSet")) == 1
+
+
+def test_cluster_names_fit_with_the_longest_release_name(chart: Any) -> None:
+    objs = render({"fullnameOverride": "r" * 40, "redis": {"mode": "cluster"}}, chart=chart)
+    (sts,) = find(objs, "StatefulSet")
+    name = sts["metadata"]["name"]
+    assert len(f"{name}-{'h' * 10}") <= 63  # the pods' controller-revision-hash label
+    assert len(f"{name}-{sts['spec']['replicas'] - 1}") <= 63  # pod names (DNS labels)
+    (job,) = find(objs, "Job")
+    assert len(job["metadata"]["name"]) <= 63  # the job-name label of its pods
+    for o in objs:
+        validate(o)
 
 
 def test_cluster_nodes_run_aof_cluster_mode_and_announce_pod_names(rendered: dict[str, Any]) -> None:
@@ -131,7 +146,7 @@ def test_cluster_nodes_run_aof_cluster_mode_and_announce_pod_names(rendered: dic
     assert _arg(args, "--requirepass") == _arg(args, "--masterauth") == "$(REDIS_PASSWORD)"
     env = env_of(c)
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert env["REDIS_PASSWORD"] == {"secretKeyRef": {"name": f"{F}-redis", "key": "redis-password"}}
+    assert env["REDIS_PASSWORD"] == {"secretKeyRef": {"name": REDIS, "key": "redis-password"}}
     assert c["readinessProbe"]["exec"]["command"] == ["sh", "/scripts/ready.sh"]
     assert c["livenessProbe"]["tcpSocket"]["port"] == "redis"
     assert c["resources"]["limits"]["memory"] == "2Gi"
@@ -156,7 +171,7 @@ def test_scripts_configmap_holds_the_chart_files(rendered: dict[str, Any]) -> No
 def test_formation_job_is_an_idempotent_hook_over_every_node(rendered: dict[str, Any]) -> None:
     for case, nodes, replicas in (("cluster", "6", "1"), ("cluster-sized", "12", "2")):
         objs = rendered[case]
-        job = one(objs, "Job", f"{SVC}-cluster-form")
+        job = one(objs, "Job", JOB)
         hooks = job["metadata"]["annotations"]
         assert set(hooks["helm.sh/hook"].split(",")) == {"post-install", "post-upgrade"}
         assert "before-hook-creation" in hooks["helm.sh/hook-delete-policy"]
@@ -168,7 +183,7 @@ def test_formation_job_is_an_idempotent_hook_over_every_node(rendered: dict[str,
         env = env_of(c)
         assert (env["NODES"], env["REPLICAS"]) == (nodes, replicas)
         assert env["STATEFULSET"] == SVC and env["DOMAIN"] == f"{SVC}.{NAMESPACE}.svc"
-        assert env["REDIS_PASSWORD"]["secretKeyRef"]["name"] == f"{F}-redis"
+        assert env["REDIS_PASSWORD"]["secretKeyRef"]["name"] == REDIS
         assert c["image"] == _container(objs, "StatefulSet", SVC)["image"]  # redis-cli of the same release
     form = (SCRIPTS / "form.sh").read_text()
     assert 'redis-cli --cluster create $addrs --cluster-replicas "$REPLICAS" --cluster-yes' in form
@@ -201,9 +216,9 @@ def test_anti_affinity_soft_by_default_hard_on_request_and_overridable(
 
 
 def test_cluster_pods_are_hardened_like_the_standalone_redis(rendered: dict[str, Any]) -> None:
-    standalone = one(rendered["defaults"], "StatefulSet", SVC)["spec"]["template"]["spec"]
+    standalone = one(rendered["defaults"], "StatefulSet", REDIS)["spec"]["template"]["spec"]
     objs = rendered["cluster"]
-    for kind, name in (("StatefulSet", SVC), ("Job", f"{SVC}-cluster-form")):
+    for kind, name in (("StatefulSet", SVC), ("Job", JOB)):
         spec = one(objs, kind, name)["spec"]["template"]["spec"]
         assert spec["securityContext"] == standalone["securityContext"], name
         assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
@@ -239,7 +254,7 @@ def test_processes_get_cluster_mode_and_a_seed_url(rendered: dict[str, Any]) -> 
     for dep in (f"{F}-proxy", f"{F}-planner"):
         env = env_of(_container(rendered["defaults"], "Deployment", dep))
         assert "DISTRS_REDIS_MODE" not in env
-        assert env["DISTRS_REDIS_URL"] == f"redis://:$(REDIS_PASSWORD)@{SVC}.{NAMESPACE}.svc:6379/0"
+        assert env["DISTRS_REDIS_URL"] == f"redis://:$(REDIS_PASSWORD)@{REDIS}.{NAMESPACE}.svc:6379/0"
     assert not find(rendered["defaults"], "Job") and not find(
         rendered["defaults"], "PodDisruptionBudget", SVC
     )
@@ -273,8 +288,8 @@ def test_cluster_env_vars_are_real_settings(rendered: dict[str, Any]) -> None:
 
 def test_external_cluster_uses_the_url_secret_and_no_redis_in_the_release(rendered: dict[str, Any]) -> None:
     objs = rendered["external-cluster"]
-    assert not find(objs, "StatefulSet") and not find(objs, "Job") and not find(objs, "NetworkPolicy", SVC)
-    assert not find(objs, "Secret", f"{F}-redis")  # no password of ours: it is in the URL
+    assert not find(objs, "StatefulSet") and not find(objs, "Job") and not find(objs, "NetworkPolicy", REDIS)
+    assert not find(objs, "Secret", REDIS)  # no password of ours: it is in the URL
     secret = one(objs, "Secret", f"{F}-redis-url")
     assert base64.b64decode(secret["data"]["redis-url"]).decode() == EXTERNAL_CLUSTER_URL
     for dep in (f"{F}-proxy", f"{F}-planner"):
@@ -294,10 +309,10 @@ def test_external_cluster_uses_the_url_secret_and_no_redis_in_the_release(render
 
 def test_network_policy_opens_the_bus_between_nodes_and_6379_to_clients(rendered: dict[str, Any]) -> None:
     objs = rendered["cluster"]
-    np = one(objs, "NetworkPolicy", SVC)["spec"]
+    np = one(objs, "NetworkPolicy", REDIS)["spec"]
     redis_labels = one(objs, "StatefulSet", SVC)["spec"]["template"]["metadata"]["labels"]
     assert _selects(np["podSelector"]["matchLabels"], redis_labels)
-    job_labels = one(objs, "Job", f"{SVC}-cluster-form")["spec"]["template"]["metadata"]["labels"]
+    job_labels = one(objs, "Job", JOB)["spec"]["template"]["metadata"]["labels"]
     clients, peers = np["ingress"]
     client_labels = [
         one(objs, "Deployment", f"{F}-{c}")["spec"]["template"]["metadata"]["labels"]
@@ -324,7 +339,7 @@ def test_network_policy_opens_the_bus_between_nodes_and_6379_to_clients(rendered
         )
         assert _selects(rule["to"][0]["podSelector"]["matchLabels"], redis_labels)
     # standalone keeps its Redis without egress
-    assert one(rendered["defaults"], "NetworkPolicy", SVC)["spec"]["egress"] == []
+    assert one(rendered["defaults"], "NetworkPolicy", REDIS)["spec"]["egress"] == []
 
 
 @pytest.mark.parametrize(
@@ -367,6 +382,6 @@ def test_notes_tell_how_to_see_the_cluster_state(chart: Any) -> None:
     notes = chart.render({"redis": {"mode": "cluster"}}, name="rel", namespace=NAMESPACE)[
         "distrs/templates/NOTES.txt"
     ]
-    assert f"Job {SVC}-cluster-form" in notes and f"exec {SVC}-0" in notes and "cluster info" in notes
+    assert f"Job {JOB}" in notes and f"exec {SVC}-0" in notes and "cluster info" in notes
     plain = chart.render({}, name="rel", namespace=NAMESPACE)["distrs/templates/NOTES.txt"]
     assert "Redis Cluster" not in plain

@@ -99,9 +99,18 @@ selects external too (the chart's behaviour before redis.mode existed).
 {{- if eq (include "distrs.redisMode" .) "external" }}true{{ end }}
 {{- end }}
 
-{{/* DNS domain of the in-release Redis pods: <pod>.<this>. */}}
+{{/*
+The Redis Cluster's StatefulSet and headless Service: a name of its own, so switching redis.mode
+replaces the store instead of failing on the standalone StatefulSet's immutable fields. At most
+52 characters: the StatefulSet's controller-revision-hash label (<name>-<10 chars>) must fit 63.
+*/}}
+{{- define "distrs.redisClusterName" -}}
+{{- printf "%s-redis-cluster" (include "distrs.fullname" .) | trunc 52 | trimSuffix "-" }}
+{{- end }}
+
+{{/* DNS domain of the Redis Cluster's pods (<pod>.<this>), also the clients' seed name. */}}
 {{- define "distrs.redisDomain" -}}
-{{ include "distrs.redisName" . }}.{{ .Release.Namespace }}.svc
+{{ include "distrs.redisClusterName" . }}.{{ .Release.Namespace }}.svc
 {{- end }}
 
 {{/* Env entries that give a process DISTRS_REDIS_URL. */}}
