@@ -76,8 +76,41 @@ http://{{ include "distrs.proxyName" . }}.{{ .Release.Namespace }}.svc:{{ .Value
 {{- default (printf "%s-redis" (include "distrs.fullname" .)) .Values.redis.existingSecret }}
 {{- end }}
 
+{{/*
+Where the store lives: standalone | cluster | external. redis.external.url or existingSecret alone
+selects external too (the chart's behaviour before redis.mode existed).
+*/}}
+{{- define "distrs.redisMode" -}}
+{{- $mode := .Values.redis.mode | default "standalone" }}
+{{- $url := or .Values.redis.external.url .Values.redis.external.existingSecret }}
+{{- if and (eq $mode "cluster") $url }}
+{{- fail "redis.mode cluster runs Redis Cluster in the release: unset redis.external.url/existingSecret, or set redis.mode external with redis.external.mode cluster" }}
+{{- end }}
+{{- if and (eq $mode "external") (not $url) }}
+{{- fail "redis.mode external needs redis.external.url or redis.external.existingSecret" }}
+{{- end }}
+{{- if and $url (eq .Values.redis.external.mode "cluster") .Values.redis.external.url (regexMatch "^rediss?://[^/]*/[0-9]+$" .Values.redis.external.url) }}
+{{- fail "redis.external.url: a Redis Cluster has only database 0; drop the /N from the URL" }}
+{{- end }}
+{{- if $url }}external{{ else }}{{ $mode }}{{ end }}
+{{- end }}
+
 {{- define "distrs.redisExternal" -}}
-{{- if or .Values.redis.external.url .Values.redis.external.existingSecret }}true{{ end }}
+{{- if eq (include "distrs.redisMode" .) "external" }}true{{ end }}
+{{- end }}
+
+{{/*
+The Redis Cluster's StatefulSet and headless Service: a name of its own, so switching redis.mode
+replaces the store instead of failing on the standalone StatefulSet's immutable fields. At most
+52 characters: the StatefulSet's controller-revision-hash label (<name>-<10 chars>) must fit 63.
+*/}}
+{{- define "distrs.redisClusterName" -}}
+{{- printf "%s-redis-cluster" (include "distrs.fullname" .) | trunc 52 | trimSuffix "-" }}
+{{- end }}
+
+{{/* DNS domain of the Redis Cluster's pods (<pod>.<this>), also the clients' seed name. */}}
+{{- define "distrs.redisDomain" -}}
+{{ include "distrs.redisClusterName" . }}.{{ .Release.Namespace }}.svc
 {{- end }}
 
 {{/* Env entries that give a process DISTRS_REDIS_URL. */}}
@@ -88,14 +121,26 @@ http://{{ include "distrs.proxyName" . }}.{{ .Release.Namespace }}.svc:{{ .Value
     secretKeyRef:
       name: {{ default (printf "%s-redis-url" (include "distrs.fullname" .)) .Values.redis.external.existingSecret }}
       key: {{ .Values.redis.external.existingSecretKey }}
+{{- if eq .Values.redis.external.mode "cluster" }}
+- name: DISTRS_REDIS_MODE
+  value: cluster
+{{- end }}
 {{- else }}
 - name: REDIS_PASSWORD
   valueFrom:
     secretKeyRef:
       name: {{ include "distrs.redisSecretName" . }}
       key: redis-password
+{{- if eq (include "distrs.redisMode" .) "cluster" }}
+{{- /* any node is a seed: the headless Service name resolves to all of them */}}
+- name: DISTRS_REDIS_URL
+  value: "redis://:$(REDIS_PASSWORD)@{{ include "distrs.redisDomain" . }}:6379"
+- name: DISTRS_REDIS_MODE
+  value: cluster
+{{- else }}
 - name: DISTRS_REDIS_URL
   value: "redis://:$(REDIS_PASSWORD)@{{ include "distrs.redisName" . }}.{{ .Release.Namespace }}.svc:6379/0"
+{{- end }}
 {{- end }}
 {{- end }}
 
