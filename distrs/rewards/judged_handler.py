@@ -130,9 +130,12 @@ class CompileHandler(JudgedHandler):
 
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         timeout = min(self._settings.compile_time_s, p.compile_time_limit_s or math.inf, stage_budget(inp))
-        pch = self.pch()
-        argv = [*self.compiler(), *(pch.args if pch else ()), "-o", BINARY, self.source]
+        argv = [*self.compiler(), "-o", BINARY, self.source]
+        # keyed without the precompiled header: it changes how fast, never what, g++ compiles
         key = cache_key([inp.reward_type, tool_identity(argv[0], JAIL_PATH), *argv], p.code, p.files)
+        pch = self.pch()
+        if pch is not None:
+            argv[-3:-3] = pch.args
         cut = limit_cuts(p, self._settings, inp.stage, inp.timeout_s, compiles=True, runs=False)
         cut_artifact = {LIMITS_CUT_ARTIFACT: json.dumps(cut["limits_cut"])} if cut else {}
         cached = self._cache.get(key)
