@@ -179,11 +179,22 @@ print("safe" if not done and os.path.getsize(gch) > 0 else done)
 """
 
 
+@pytest.mark.parametrize("open_to_all", [False, True])
 def test_a_candidate_can_neither_write_nor_replace_the_header(
-    bwrap_sandbox: LocalSandbox, pch_settings: tuple[JudgeSettings, PchUse]
+    bwrap_sandbox: LocalSandbox, pch_settings: tuple[JudgeSettings, PchUse], tmp_path: Path, open_to_all: bool
 ) -> None:
     s, use = pch_settings
-    host = Path(use.mounts.binds[0][0]) / "bits" / "stdc++.h.gch"
+    binds = use.mounts.binds
+    if open_to_all:
+        # as if the program's uid owned the files (a worker in a user namespace runs its jails
+        # as its own uid): only the read-only bind stands in the way
+        copy = tmp_path / "pch"
+        shutil.copytree(binds[0][0], copy)
+        for p in (copy, copy / "bits"):
+            p.chmod(0o777)
+        (copy / "bits" / "stdc++.h.gch").chmod(0o666)
+        binds = ((str(copy), JAIL_PCH_DIR),)
+    host = Path(binds[0][0]) / "bits" / "stdc++.h.gch"
     before = hashlib.sha256(host.read_bytes()).hexdigest()
     exe, py = interpreter("")
     with bwrap_sandbox.session() as sess:  # the compile's own jail, with a hostile program in it
@@ -191,7 +202,7 @@ def test_a_candidate_can_neither_write_nor_replace_the_header(
         r = sess.run(
             [exe, "-I", "h.py"],
             limits=Limits(wall_s=30, memory_bytes=1 << 30),
-            mounts=Mounts(ro_paths=py.ro_paths, binds=use.mounts.binds),
+            mounts=Mounts(ro_paths=py.ro_paths, binds=binds),
         )
     assert r.stdout.decode().strip() == "safe", (r.stdout, r.stderr[-2000:])
     assert hashlib.sha256(host.read_bytes()).hexdigest() == before
