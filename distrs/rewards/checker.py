@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distrs.core.model import Status
+from distrs.rewards import cxx_pch
 from distrs.rewards.judge import (
     MAX_BINARY_BYTES,
     Case,
@@ -105,9 +106,15 @@ def prepare_checker(
     with sandbox.session() as s:
         write_inputs(s, p)
         s.write_file("checker.cpp", spec.code.encode())
-        argv = [settings.cxx, *settings.cxx_flags, "-o", "checker", "checker.cpp"]
+        pch = cxx_pch.for_judge(settings, sandbox.isolation)  # testlib checkers include bits/stdc++.h too
+        argv = [settings.cxx, *settings.cxx_flags, *(pch.args if pch else ()), "-o", "checker", "checker.cpp"]
         failed, binary, _ = compile_program(
-            s, argv, "checker", timeout_s=settings.compile_time_s, memory_mb=settings.compile_memory_mb
+            s,
+            argv,
+            "checker",
+            timeout_s=settings.compile_time_s,
+            memory_mb=settings.compile_memory_mb,
+            mounts=pch.mounts if pch else None,
         )
     if failed is not None or binary is None or len(binary) > MAX_BINARY_BYTES:
         output = failed.detail.get("compiler_output", "") if failed is not None else ""

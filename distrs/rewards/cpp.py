@@ -7,8 +7,9 @@ never from the payload (flags such as ``-fplugin`` would run arbitrary code at c
 
 from __future__ import annotations
 
-from distrs.rewards import judged_handler
+from distrs.rewards import cxx_pch, judged_handler
 from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.cxx_pch import PchUse
 from distrs.rewards.judge import (
     LIMITS_CUT_ARTIFACT,
     JudgedPayload,
@@ -31,6 +32,16 @@ class CompileHandler(judged_handler.CompileHandler):
 
     def compiler(self) -> list[str]:
         return [self._settings.cxx, *self._settings.cxx_flags]
+
+    def pch(self) -> PchUse | None:
+        """``bits/stdc++.h`` precompiled for this compiler and these flags (``cxx_pch.py``)."""
+        return cxx_pch.for_judge(self._settings, self.sandbox.isolation)
+
+    def ready(self) -> tuple[bool, str]:
+        ok, why = super().ready()
+        if ok:
+            self.pch()  # the worker's first readiness check starts making the header
+        return ok, why
 
 
 class RunHandler(JudgedHandler):

@@ -54,6 +54,22 @@ class JudgeSettings(BaseSettings):
     cxx_flags: list[str] = Field(
         default_factory=lambda: ["-std=c++17", "-O2", "-pipe"], description="C++ compiler flags."
     )
+    cxx_pch: bool = Field(
+        default=True,
+        description="Compile C++ with bits/stdc++.h precompiled for the compiler and exact flags "
+        "(distrs/rewards/cxx_pch.py): used only by a program that includes it first with the same "
+        "macros, so every program compiles to what it would without; 0 turns it off.",
+    )
+    cxx_pch_dir: str = Field(
+        default="",
+        description="Where a worker makes precompiled headers the image lacks (in the background); "
+        "empty = TMPDIR/distrs-pch-UID, shared by this user's workers on the machine.",
+    )
+    cxx_pch_image_dir: str = Field(
+        default="/usr/local/lib/distrs/pch",
+        description="Precompiled headers made at image build (python -m distrs.rewards.cxx_pch DIR), "
+        "looked up first.",
+    )
     nvcc: str = Field(default="nvcc", description="CUDA compiler.")
     nvcc_flags: list[str] = Field(
         default_factory=lambda: [
@@ -581,6 +597,7 @@ def compile_program(
     timeout_s: float,
     memory_mb: int,
     env: dict[str, str] | None = None,
+    mounts: Mounts | None = None,
 ) -> tuple[StageOutput | None, bytes | None, RunResult]:
     """Run a compiler; (final output on failure, binary on success, the run)."""
     limits = Limits(
@@ -593,7 +610,7 @@ def compile_program(
         output_bytes=256 * 1024,
         tmpfs_bytes=256 * MiB,
     )
-    r = session.run(argv, limits=limits, env=env)
+    r = session.run(argv, limits=limits, env=env, mounts=mounts)
     compiler_output = snippet(r.stderr + r.stdout, 8000)
     if r.timed_out:
         return (

@@ -24,6 +24,7 @@ from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.checker import parse_checker, prepare_checker
 from distrs.rewards.compile_cache import CompileCache, cache_key, tool_identity
+from distrs.rewards.cxx_pch import PchUse
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import (
     LIMITS_CUT_ARTIFACT,
@@ -123,10 +124,18 @@ class CompileHandler(JudgedHandler):
     def env(self) -> dict[str, str] | None:
         return None
 
+    def pch(self) -> PchUse | None:
+        """The precompiled header this compile may use (include flags and their bind), if any."""
+        return None
+
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         timeout = min(self._settings.compile_time_s, p.compile_time_limit_s or math.inf, stage_budget(inp))
         argv = [*self.compiler(), "-o", BINARY, self.source]
+        # keyed without the precompiled header: it changes how fast, never what, g++ compiles
         key = cache_key([inp.reward_type, tool_identity(argv[0], JAIL_PATH), *argv], p.code, p.files)
+        pch = self.pch()
+        if pch is not None:
+            argv[-3:-3] = pch.args
         cut = limit_cuts(p, self._settings, inp.stage, inp.timeout_s, compiles=True, runs=False)
         cut_artifact = {LIMITS_CUT_ARTIFACT: json.dumps(cut["limits_cut"])} if cut else {}
         cached = self._cache.get(key)
@@ -140,7 +149,13 @@ class CompileHandler(JudgedHandler):
             write_inputs(s, p)  # headers and the like the source may include
             s.write_file(self.source, p.code.encode())
             failed, binary, r = compile_program(
-                s, argv, BINARY, timeout_s=timeout, memory_mb=self.memory_mb(), env=self.env()
+                s,
+                argv,
+                BINARY,
+                timeout_s=timeout,
+                memory_mb=self.memory_mb(),
+                env=self.env(),
+                mounts=pch.mounts if pch else None,
             )
         if failed is not None:
             if failed.status is Status.COMPILE_ERROR:

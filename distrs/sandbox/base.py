@@ -145,6 +145,10 @@ class Mounts:
     """Extra host paths a run may see (read-only) or use (devices), e.g. an interpreter prefix."""
 
     ro_paths: tuple[str, ...] = ()
+    # (host path, jail path) bound read-only at a path of the jail's own under /jail (e.g. the
+    # precompiled headers at /jail/pch), outside the work dir and /tmp, the only writable places;
+    # jail-only: the rlimits fallback has no jail to bind them in, so its callers do without
+    binds: tuple[tuple[str, str], ...] = ()
     dev_paths: tuple[str, ...] = ()
     sys: bool = False  # /sys read-only (the CUDA runtime reads it)
     # In a jail without /proc: the target of a static /proc/self/exe symlink (a runtime that

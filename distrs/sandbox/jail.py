@@ -138,6 +138,12 @@ def bwrap_args(spec: JailSpec, env: Mapping[str, str], mounts: Mounts) -> list[s
         args += _parents(p, bound, made)
         args += ["--ro-bind-try", p, p]
         bound.append(p)
+    for src, dest in mounts.binds:
+        if not dest.startswith("/jail/") or dest == JAIL_WORKDIR or dest.startswith(JAIL_WORKDIR + "/"):
+            raise ValueError(f"a bind's jail path must be under /jail/ and not the work dir: {dest!r}")
+        args += _parents(dest, bound, made)
+        args += ["--ro-bind", src, dest]
+        bound.append(dest)
     if spec.etc_dir is not None:
         for name in ETC_FILES:
             args += ["--ro-bind", os.path.join(spec.etc_dir, name), f"/etc/{name}"]
