@@ -65,6 +65,8 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+MNT_DETACH = 2
 AT_FDCWD = -100
 SYS_MOVE_MOUNT = 429  # the same number on every architecture (the unified table from 5.1 on)
 MOVE_MOUNT_F_EMPTY_PATH = 4
@@ -152,23 +154,19 @@ def _build_mounts(libc, work_fd, tmp_fd, proc):
             f"move_mount {target}",
         )
         os.close(fd)
-    if proc:
+    if proc:  # the zygote's own /proc (its PID namespace's) goes; a fresh one for this namespace
+        _check(libc.umount2(b"/proc", MNT_DETACH), "umount /proc")
         _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        for name in PROC_COVERED:
+        for name in PROC_COVERED:  # as bubblewrap does: those it could write to, read-only
             path = f"/proc/{name}"
-            if os.path.exists(path):
+            if os.access(path, os.W_OK):
                 _mount(libc, path, path, None, MS_BIND | MS_REC)
-                _mount(
-                    libc,
-                    None,
-                    path,
-                    None,
-                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                )
-    if os.path.isdir("/dev/pts"):
-        _mount(
-            libc, "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620"
-        )
+                flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+                _mount(libc, None, path, None, flags)
+    if os.path.ismount("/dev/pts"):  # a devpts instance of its own: no pty of another request
+        _check(libc.umount2(b"/dev/pts", MNT_DETACH), "umount /dev/pts")
+        flags = MS_NOSUID | MS_NOEXEC
+        _mount(libc, "devpts", "/dev/pts", "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
 
 
 def _drop_privileges(libc, uid, limits, bpf):
