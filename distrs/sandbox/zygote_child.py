@@ -44,10 +44,12 @@ of the PID namespace they are nested in).
 
 import builtins
 import ctypes
+import fcntl
 import os
 import resource
 import signal
 import socket
+import struct
 import sys
 
 PROTOCOL = b"zygote/1"
@@ -66,7 +68,13 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 1
 MNT_DETACH = 2
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 1
 AT_FDCWD = -100
 SYS_MOVE_MOUNT = 429  # the same number on every architecture (the unified table from 5.1 on)
 MOVE_MOUNT_F_EMPTY_PATH = 4
@@ -169,6 +177,15 @@ def _build_mounts(libc, work_fd, tmp_fd, proc):
         _mount(libc, "devpts", "/dev/pts", "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
 
 
+def _loopback_up():
+    """The new network namespace's ``lo`` up, as bubblewrap brings it up (the kernel gives it
+    127.0.0.1 and ::1): localhost is the jail's own."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sh22x", b"lo", 0)
+        flags = struct.unpack("16sh22x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | IFF_UP))
+
+
 def _drop_privileges(libc, uid, limits, bpf):
     cpu, mem_kind, mem, nproc, fsize, nofile = limits
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -210,6 +227,7 @@ def _become_server(libc, chan, work_fd, tmp_fd, fields, code, bpf):
     args = [bytes.fromhex(a.decode()).decode() for a in fields[9].split(b",")] if fields[9] != b"-" else []
     os.setsid()
     _build_mounts(libc, work_fd, tmp_fd, proc)
+    _loopback_up()
     _write_all(chan, b"B\n")  # the host reads this process's pid from the credentials
     if _read_line(chan) != b"G":
         os._exit(SETUP_FAILED)

@@ -152,6 +152,8 @@ PROGRAMS = {
     "mounts": "print(sorted((l.split()[1] + ' ' + l.split()[2] + ' ' + ','.join(sorted(set(l.split()[3]"
     ".split(',')) & {'ro', 'rw', 'nosuid', 'nodev', 'noexec'})) for l in open('/proc/self/mounts'))))",
     "environment": "import os\nprint(sorted(os.environ.items()), os.umask(0))",
+    "network": "import socket\nprint(socket.if_nameindex(), socket.gethostname() != '', "
+    "socket.gethostbyname('localhost'))",
 }
 
 
