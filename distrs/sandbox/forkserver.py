@@ -129,6 +129,11 @@ class ServerJail(Protocol):
 
     def oom_kills(self) -> int: ...
 
+    def lost(self) -> bool:
+        """Whether the server died because something outside its jail did (a zygote it was
+        forked from died): a sandbox failure, not a case's runtime error."""
+        ...
+
     def end_input(self) -> None:
         """Close the server's input (an idle server then exits by itself)."""
         ...
@@ -155,6 +160,9 @@ class HelperJail:
 
     def oom_kills(self) -> int:
         return self._helper.oom_kills()
+
+    def lost(self) -> bool:
+        return False
 
     def end_input(self) -> None:
         with suppress(OSError):
@@ -270,6 +278,9 @@ class ForkServer:
 
     def _died(self, start: float, oom_before: int) -> RunResult:
         oom = self._helper.oom_kills() > oom_before
+        if not oom and self._helper.lost():
+            self.close()
+            raise SandboxError("the fork server's zygote died while a case ran")
         self.close()
         wall = time.monotonic() - start
         if oom:  # the kernel killed the server at the jail's memory limit: as a run killed there

@@ -45,6 +45,7 @@ PROTOCOL = b"zygote/1"
 CHILD_SOURCE = Path(__file__).with_name("zygote_child.py")
 START_TIMEOUT_S = 30.0
 HELLO_TIMEOUT_S = 10.0
+LOST_WAIT_S = 0.3  # for a dying zygote to be reaped, once one of its requests' servers died
 _AT_FDCWD = -100
 _SYS_OPEN_TREE = 428  # the same number on every architecture
 _OPEN_TREE_CLONE = 1
@@ -92,8 +93,16 @@ def request_line(uid: int, proc: bool, limits: Limits, args: Sequence[str]) -> b
 class ZygoteJail:
     """One request's fork server, forked from a zygote (a ``forkserver.ServerJail``)."""
 
-    def __init__(self, sock: socket.socket, pid: int, pidfd: int, cgroup: RunCgroup | None) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        pid: int,
+        pidfd: int,
+        cgroup: RunCgroup | None,
+        zygote: subprocess.Popen[bytes] | None = None,
+    ) -> None:
         self._sock = sock
+        self._zygote = zygote
         self.pid = pid
         self._pidfd = pidfd
         self._cgroup = cgroup
@@ -109,6 +118,17 @@ class ZygoteJail:
 
     def oom_kills(self) -> int:
         return self._cgroup.oom_kills() if self._cgroup is not None else 0
+
+    def lost(self) -> bool:
+        """Whether the zygote this server was forked from is gone (its death kills every
+        request's jail nested in it; it takes a moment to finish dying)."""
+        if self._zygote is None:
+            return False
+        try:
+            self._zygote.wait(LOST_WAIT_S)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
 
     def end_input(self) -> None:
         with suppress(OSError):
@@ -151,7 +171,7 @@ class Zygote:
         self._stop()
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._popen = self._start(child.fileno())
+            self._popen = self._start_kept(child.fileno())
         finally:
             child.close()
         self._ctl = host
@@ -168,6 +188,31 @@ class Zygote:
             raise SandboxError(f"zygote said {hello[:100]!r} instead of hello")
         host.settimeout(HELLO_TIMEOUT_S)
         return host
+
+    def _start_kept(self, ctl: int) -> subprocess.Popen[bytes]:
+        """Start the zygote from a thread of its own that lives as long as it does: bubblewrap's
+        ``--die-with-parent`` fires when the *thread* that started it ends, and a worker's
+        threads come and go."""
+        got: list[subprocess.Popen[bytes] | BaseException] = []
+        ready = threading.Event()
+
+        def keep() -> None:
+            try:
+                got.append(self._start(ctl))
+            except BaseException as e:
+                got.append(e)
+                return
+            finally:
+                ready.set()
+            popen = got[0]
+            assert isinstance(popen, subprocess.Popen)
+            popen.wait()
+
+        threading.Thread(target=keep, name="distrs-zygote", daemon=True).start()
+        ready.wait()
+        if isinstance(got[0], BaseException):
+            raise got[0]
+        return got[0]
 
     def _stop(self) -> None:
         if self._ctl is not None:
@@ -204,32 +249,37 @@ class Zygote:
             fds = [theirs.fileno()]
             try:
                 fds += [detached_clone(workdir), detached_clone(tmpdir)]
-                self._send(line, fds)
+                zygote = self._send(line, fds)
             except OSError as e:
                 raise SandboxError(f"cannot hand the request to the zygote: {e}") from e
             finally:
                 for fd in fds[1:]:
                     os.close(fd)
                 theirs.close()
-            return self._accept(mine, cgroup)
+            return self._accept(mine, cgroup, zygote)
         except BaseException:
             mine.close()
             raise
 
-    def _send(self, line: bytes, fds: list[int]) -> None:
+    def _send(self, line: bytes, fds: list[int]) -> subprocess.Popen[bytes]:
+        """Hand the request to a live zygote (a fresh one if needed); the zygote's process."""
         with self._lock:
             for attempt in (1, 2):
                 ctl = self._ensure()
                 try:
                     if socket.send_fds(ctl, [line], fds) != len(line):
                         raise OSError("short write to the zygote")
-                    return
+                    assert self._popen is not None
+                    return self._popen
                 except OSError:
                     self._stop()  # dead or stuck: a fresh one, once
                     if attempt == 2:
                         raise
+            raise AssertionError("unreachable")
 
-    def _accept(self, sock: socket.socket, cgroup: RunCgroup | None) -> ZygoteJail:
+    def _accept(
+        self, sock: socket.socket, cgroup: RunCgroup | None, zygote: subprocess.Popen[bytes]
+    ) -> ZygoteJail:
         sock.settimeout(HELLO_TIMEOUT_S)
         try:
             msg, anc, _, _ = sock.recvmsg(512, socket.CMSG_SPACE(_CRED))
@@ -247,7 +297,7 @@ class Zygote:
             pidfd = os.pidfd_open(pid)
         except OSError as e:
             raise SandboxError(f"the request's server is gone: {e}") from None
-        jail = ZygoteJail(sock, pid, pidfd, cgroup)
+        jail = ZygoteJail(sock, pid, pidfd, cgroup, zygote)
         try:
             if cgroup is not None:
                 cgroup.join(pid)

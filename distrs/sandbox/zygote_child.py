@@ -221,6 +221,8 @@ def _drop_privileges(libc, uid, limits, bpf):
 def _become_server(libc, chan, work_fd, tmp_fd, fields, code, bpf):
     """In the request's server (init of its PID namespace): build its jail, then the job."""
     uid, proc = int(fields[1]), fields[2] == b"1"
+    if uid <= 0:
+        raise ValueError("a request never runs as root")
     cpu = int(fields[3])
     mem_kind = fields[4].decode()
     mem, nproc, fsize, nofile = (int(f) for f in fields[5:9])

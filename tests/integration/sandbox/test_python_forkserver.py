@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -508,6 +509,28 @@ def test_one_zygote_serves_every_request_and_its_setting_turns_it_off(tmp_path: 
         assert zygote.started == 1
         assert_no_survivors()
     finally:
+        sb.close_zygotes()
+
+
+def test_a_zygote_that_dies_mid_case_is_a_sandbox_failure_and_is_started_afresh(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a zygote needs a worker that can switch uids (root)")
+    sb = _sandbox(tmp_path)
+    exe, mounts = interpreter("")
+    zygote = sb.zygote(exe, forkserver_source(), mounts)
+    assert zygote is not None
+    h = PythonRunHandler(sb, SETTINGS)
+    code = "import time\nprint(open('/dev/stdin').read().strip())\ntime.sleep(30)"
+    killer = threading.Timer(2.0, zygote.close)  # a zygote killed from outside, its requests with it
+    killer.start()
+    try:
+        with pytest.raises(SandboxError, match="zygote died"):  # internal_error, never the program's
+            judge(h, code, [{"stdin": "x", "expected_stdout": "x"}], time_limit_s=20)
+        assert_no_survivors()
+        out = judge(h, "print(input())", [{"stdin": "42", "expected_stdout": "42"}])
+        assert out.status is Status.OK and zygote.started == 2, out.detail
+    finally:
+        killer.cancel()
         sb.close_zygotes()
 
 
