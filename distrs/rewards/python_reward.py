@@ -16,6 +16,11 @@ request's cases run through a fork server (``python_forkserver_child.py``, host 
 per case, which runs the program as ``python -I -B main.py`` (or the harness) would, so verdicts
 are the same as with a jail per case. Without namespaces (the degraded ``rlimits`` jail) there is
 no PID namespace for the server to sweep, and every case gets its own run as before.
+
+Zygote: with ``DISTRS_JUDGE_PYTHON_ZYGOTE`` (the default) and a worker that can switch uids, the
+request's fork server is not started but forked, in fresh namespaces, from a zygote the sandbox
+keeps per interpreter (``distrs/sandbox/zygote.py``): no bubblewrap and no interpreter start per
+request, the same jail, the same server.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ reward type's, e.g. ``distrs/rewards/python_forkserver_child.py``, which documen
 protocol). :class:`ForkServerSession` wraps a :class:`Session` so that its runs of that one
 program go through the server and every other run goes to the session as before: callers such
 as ``judge.run_tests`` are unchanged, and each run still comes back as a :class:`RunResult`.
+How the server is started is a :data:`StartServer`: by default a :meth:`Session.start` helper
+(:class:`HelperJail`), or a fork of a warm zygote into fresh namespaces (``zygote.py``); either
+way the host drives it through a :class:`ServerJail` and trusts it no more.
 
 What the host trusts: nothing the server sends. Every report is parsed strictly (its request's
 unpredictable id, known terminations, lengths within the run's output cap); anything else kills

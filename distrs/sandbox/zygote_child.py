@@ -45,6 +45,7 @@ of the PID namespace they are nested in).
 import builtins
 import ctypes
 import fcntl
+import gc
 import os
 import resource
 import signal
@@ -306,6 +307,8 @@ def serve():
     ctl = socket.socket(fileno=os.dup(0))
     code = compile(_program(ctl), "<string>", "exec")
     exec(code, {"__name__": "__distrs_zygote_warm__", "__builtins__": builtins})  # its imports, once
+    gc.collect()
+    gc.freeze()  # what is here now stays out of every fork's collections (no copy-on-write)
     with open(int(sys.argv[1]), "rb") as f:
         bpf = f.read()
     if not bpf or len(bpf) % 8:
