@@ -88,6 +88,7 @@ SECCOMP_MODE_FILTER = 2
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only in a fresh /proc, as bubblewrap does
 SETUP_FAILED = 127
+EINVAL = 22  # past the kernel's last capability
 
 
 class SockFprog(ctypes.Structure):
@@ -201,9 +202,7 @@ def _drop_privileges(libc, uid, limits, bpf):
         if value >= 0:
             resource.setrlimit(which, (value, value))
     for cap in range(64):  # the bounding set: what no exec can ever regain
-        if (
-            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22
-        ):  # EINVAL: past the last
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != EINVAL:
             raise OSError(ctypes.get_errno(), f"cannot drop capability {cap} from the bounding set")
     _check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
     os.setgroups([])
