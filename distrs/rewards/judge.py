@@ -86,6 +86,12 @@ class JudgeSettings(BaseSettings):
         "interpreter start per request and a fork per case, instead of a jail and an interpreter "
         "per case (the same verdicts; see docs/sandbox.md).",
     )
+    python_zygote: bool = Field(
+        default=True,
+        description="With the fork server: fork each request's server, in fresh namespaces, from "
+        "a warm zygote started once per worker instead of starting a jail and an interpreter per "
+        "request (where the worker can switch uids; see docs/sandbox.md).",
+    )
     compile_time_s: float = Field(
         default=60.0,
         gt=0,

@@ -16,6 +16,11 @@ request's cases run through a fork server (``python_forkserver_child.py``, host 
 per case, which runs the program as ``python -I -B main.py`` (or the harness) would, so verdicts
 are the same as with a jail per case. Without namespaces (the degraded ``rlimits`` jail) there is
 no PID namespace for the server to sweep, and every case gets its own run as before.
+
+Zygote: with ``DISTRS_JUDGE_PYTHON_ZYGOTE`` (the default) and a worker that can switch uids, the
+request's fork server is not started but forked, in fresh namespaces, from a zygote the sandbox
+keeps per interpreter (``distrs/sandbox/zygote.py``): no bubblewrap and no interpreter start per
+request, the same jail, the same server.
 """
 
 from __future__ import annotations
@@ -42,9 +47,9 @@ from distrs.rewards.judge import (
     write_inputs,
 )
 from distrs.rewards.judged_handler import JudgedHandler
-from distrs.sandbox import Limits, Mounts, Session
-from distrs.sandbox.forkserver import ForkServerSession
-from distrs.sandbox.local import BWRAP
+from distrs.sandbox import Limits, Mounts, Sandbox, Session
+from distrs.sandbox.forkserver import ForkServerSession, ServerJail, StartServer, server_limits
+from distrs.sandbox.local import BWRAP, LocalSandbox, LocalSession
 
 SOURCE = "main.py"
 HARNESS = "harness.py"
@@ -71,22 +76,48 @@ def forkserver_source() -> str:
     return FORKSERVER_SOURCE.read_text()
 
 
+def _zygote_start(
+    sandbox: Sandbox, session: Session, exe: str, script_args: list[str], mounts: Mounts
+) -> StartServer | None:
+    """How to start the request's fork server from the sandbox's warm zygote, where it has one."""
+    if not isinstance(sandbox, LocalSandbox) or not isinstance(session, LocalSession):
+        return None
+    zygote = sandbox.zygote(exe, forkserver_source(), mounts)
+    if zygote is None:
+        return None
+
+    def start(limits: Limits) -> ServerJail:
+        return session.start_forked(zygote, script_args, limits=server_limits(limits))
+
+    return start
+
+
 @contextmanager
 def case_runner(
-    session: Session, argv: Sequence[str], *, isolation: str, enabled: bool, mounts: Mounts
+    session: Session,
+    argv: Sequence[str],
+    *,
+    isolation: str,
+    enabled: bool,
+    mounts: Mounts,
+    sandbox: Sandbox | None = None,
+    zygote: bool = False,
 ) -> Iterator[Session]:
     """The session the cases of ``argv`` (``exe -I -B SCRIPT ARGS``) run in: a fork server in
-    front of ``session`` where enabled and the jail has a PID namespace, else ``session``."""
+    front of ``session`` where enabled and the jail has a PID namespace, else ``session``; with
+    ``zygote``, the server is forked from ``sandbox``'s zygote where it has one."""
     if not enabled or isolation != BWRAP:
         yield session
         return
     exe, script_args = argv[0], list(argv[3:])
+    start = _zygote_start(sandbox, session, exe, script_args, mounts) if zygote and sandbox else None
     runner = ForkServerSession(
         session,
         program=argv,
         server=[exe, "-I", "-B", "-c", forkserver_source(), *script_args],
         isolation=isolation,
         mounts=mounts,
+        start=start,
     )
     try:
         yield runner
@@ -116,7 +147,16 @@ class PythonRunHandler(JudgedHandler):
             if p.fn_name or p.asserts:
                 s.write_file(HARNESS, HARNESS_SOURCE.read_bytes())
             enabled = self._settings.python_fork_server
-            with case_runner(s, argv, isolation=sandbox.isolation, enabled=enabled, mounts=mounts) as runner:
+            zygote = self._settings.python_zygote
+            with case_runner(
+                s,
+                argv,
+                isolation=sandbox.isolation,
+                enabled=enabled,
+                mounts=mounts,
+                sandbox=sandbox,
+                zygote=zygote,
+            ) as runner:
                 v = run_tests(runner, argv, p, limits, stage_budget(inp), mounts=mounts, check=check)
             files = fetch_outputs(s, p)
         message = compile_error_of(v) if p.mode == "judge" else None

@@ -160,6 +160,12 @@ class RunCgroup:
         joins = " && ".join(f'echo 0 > "{d}/cgroup.procs"' for d in dirs)
         return ["/bin/sh", "-c", f'{joins} && exec "$@"', "distrs-cgroup"]
 
+    def join(self, pid: int) -> None:
+        """Move process ``pid`` into the cgroups (a zygote's fork, before it runs anything of its
+        request; its children are born in them)."""
+        for d in [self.memory] + ([self.pids] if self.pids is not None else []):
+            _write(d / "cgroup.procs", str(pid))
+
     def oom_kills(self) -> int:
         """How many processes the kernel has killed in this cgroup for its memory limit."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"

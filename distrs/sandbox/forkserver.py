@@ -8,6 +8,9 @@ reward type's, e.g. ``distrs/rewards/python_forkserver_child.py``, which documen
 protocol). :class:`ForkServerSession` wraps a :class:`Session` so that its runs of that one
 program go through the server and every other run goes to the session as before: callers such
 as ``judge.run_tests`` are unchanged, and each run still comes back as a :class:`RunResult`.
+How the server is started is a :data:`StartServer`: by default a :meth:`Session.start` helper
+(:class:`HelperJail`), or a fork of a warm zygote into fresh namespaces (``zygote.py``); either
+way the host drives it through a :class:`ServerJail` and trusts it no more.
 
 What the host trusts: nothing the server sends. Every report is parsed strictly (its request's
 unpredictable id, known terminations, lengths within the run's output cap); anything else kills
@@ -28,10 +31,11 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from distrs.sandbox.base import Helper, Limits, Mounts, RunResult, SandboxError, Session, Termination
 
@@ -111,28 +115,87 @@ def parse_report(
     return term, status, wall, cpu, out_len, err_len, flags[0] == b"1", flags[1] == b"1"
 
 
+class ServerJail(Protocol):
+    """A started fork server in its jail, as the host drives it: a helper of
+    :meth:`Session.start` (:class:`HelperJail`) or a request forked from a zygote
+    (``distrs/sandbox/zygote.py``)."""
+
+    @property
+    def in_fd(self) -> int:
+        """Where requests to the server are written."""
+        ...
+
+    @property
+    def out_fd(self) -> int:
+        """Where the server's replies are read."""
+        ...
+
+    def oom_kills(self) -> int: ...
+
+    def lost(self) -> bool:
+        """Whether the server died because something outside its jail did (a zygote it was
+        forked from died): a sandbox failure, not a case's runtime error."""
+        ...
+
+    def end_input(self) -> None:
+        """Close the server's input (an idle server then exits by itself)."""
+        ...
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether the server exited within ``timeout_s``."""
+        ...
+
+    def kill(self) -> None:
+        """Kill the whole jail (idempotent)."""
+        ...
+
+
+class HelperJail:
+    """A :class:`ServerJail` over a helper of :meth:`Session.start`."""
+
+    def __init__(self, helper: Helper) -> None:
+        self._helper = helper
+        proc = helper.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        self._stdin = proc.stdin
+        self.in_fd = proc.stdin.fileno()
+        self.out_fd = proc.stdout.fileno()
+
+    def oom_kills(self) -> int:
+        return self._helper.oom_kills()
+
+    def lost(self) -> bool:
+        return False
+
+    def end_input(self) -> None:
+        with suppress(OSError):
+            self._stdin.close()
+
+    def wait(self, timeout_s: float) -> bool:
+        try:
+            self._helper.proc.wait(timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def kill(self) -> None:
+        self._helper.kill()
+
+
+StartServer = Callable[[Limits], ServerJail]
+
+
 class ForkServer:
     """One jailed fork server: start it, ask it for runs, kill it (with its jail)."""
 
-    def __init__(
-        self,
-        session: Session,
-        argv: Sequence[str],
-        limits: Limits,
-        *,
-        isolation: str,
-        env: Mapping[str, str] | None = None,
-        mounts: Mounts | None = None,
-    ) -> None:
+    def __init__(self, start: StartServer, limits: Limits, *, isolation: str) -> None:
         self._limits = limits
         self._isolation = isolation
         self._buf = b""
         self.dead = False
-        self._helper: Helper = session.start(argv, limits=server_limits(limits), env=env, mounts=mounts)
-        proc = self._helper.proc
-        assert proc.stdin is not None and proc.stdout is not None
-        self._in = proc.stdin.fileno()
-        self._out = proc.stdout.fileno()
+        self._helper: ServerJail = start(limits)
+        self._in = self._helper.in_fd
+        self._out = self._helper.out_fd
         os.set_blocking(self._in, False)
         os.set_blocking(self._out, False)
         try:
@@ -218,6 +281,9 @@ class ForkServer:
 
     def _died(self, start: float, oom_before: int) -> RunResult:
         oom = self._helper.oom_kills() > oom_before
+        if not oom and self._helper.lost():
+            self.close()
+            raise SandboxError("the fork server's zygote died while a case ran")
         self.close()
         wall = time.monotonic() - start
         if oom:  # the kernel killed the server at the jail's memory limit: as a run killed there
@@ -289,12 +355,8 @@ class ForkServer:
         by itself on the end of its input (its jail then ends and is reaped as any run's), then
         kill whatever is left."""
         if not self.dead and grace_s > 0:
-            proc = self._helper.proc
-            if proc.stdin is not None:
-                with suppress(OSError):
-                    proc.stdin.close()
-            with suppress(subprocess.TimeoutExpired):
-                proc.wait(grace_s)
+            self._helper.end_input()
+            self._helper.wait(grace_s)
         self.dead = True
         self._helper.kill()
 
@@ -305,6 +367,8 @@ class ForkServerSession:
 
     ``program`` is the command line the server stands in for (e.g. ``python -I -B main.py``);
     a run of it with other ``env`` or ``mounts`` than given here goes to the session too.
+    ``start`` starts a server for runs with given limits in place of ``session.start(server)``
+    (a zygote's fork, say): it gets the runs' limits and applies :func:`server_limits` itself.
     """
 
     def __init__(
@@ -316,8 +380,10 @@ class ForkServerSession:
         isolation: str,
         env: Mapping[str, str] | None = None,
         mounts: Mounts | None = None,
+        start: StartServer | None = None,
     ) -> None:
         self._session = session
+        self._start = start or self._start_helper
         self._program = list(program)
         self._server_argv = list(server)
         self._isolation = isolation
@@ -325,6 +391,12 @@ class ForkServerSession:
         self._mounts = mounts
         self._server: ForkServer | None = None
         self.servers_started = 0
+
+    def _start_helper(self, limits: Limits) -> ServerJail:
+        helper = self._session.start(
+            self._server_argv, limits=server_limits(limits), env=self._env, mounts=self._mounts
+        )
+        return HelperJail(helper)
 
     @property
     def path(self) -> Path:
@@ -352,14 +424,7 @@ class ForkServerSession:
             server.close()
             server = self._server = None
         if server is None:
-            server = self._server = ForkServer(
-                self._session,
-                self._server_argv,
-                limits,
-                isolation=self._isolation,
-                env=self._env,
-                mounts=self._mounts,
-            )
+            server = self._server = ForkServer(self._start, limits, isolation=self._isolation)
             self.servers_started += 1
         return server.run(limits, stdin)
 

@@ -111,24 +111,29 @@ class JailSpec:
     proc: bool = True
     pool_uid: int | None = None  # setpriv to this uid inside the namespaces
     as_pid_1: bool = False  # the program is the PID namespace's init (no bwrap reaper in the jail)
+    # A zygote's jail (``zygote_child.py``): root of it, no seccomp filter, no uid drop or rlimits,
+    # and empty mount points where each request's fork puts its own work dir and /tmp
+    zygote: bool = False
 
 
 def bwrap_args(spec: JailSpec, env: Mapping[str, str], mounts: Mounts) -> list[str]:
     """bubblewrap options up to (not including) the ``--`` before the inner command."""
     args = [spec.bwrap, "--die-with-parent", "--new-session"]
-    if spec.as_pid_1:
+    if spec.as_pid_1 or spec.zygote:
         args.append("--as-pid-1")
-    if spec.pool_uid is not None:
+    if spec.pool_uid is not None or spec.zygote:
         # Root: namespaces without a user namespace, so setpriv can drop to a host uid.
         args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     else:
         args += ["--unshare-all", "--unshare-user", "--uid", str(JAIL_UID), "--gid", str(JAIL_UID)]
         args += ["--cap-drop", "ALL"]
-    if spec.seccomp_fd is not None:
+    if spec.seccomp_fd is not None and not spec.zygote:
         args += ["--seccomp", str(spec.seccomp_fd)]
     # The private /tmp comes first, so binds below it (an interpreter in a venv under /tmp, say)
     # are mounted on top of it rather than hidden by it.
-    if spec.tmpdir is not None:
+    if spec.zygote:
+        args += ["--perms", "1777", "--dir", "/tmp"]
+    elif spec.tmpdir is not None:
         args += ["--bind", spec.tmpdir, "/tmp"]
     else:
         args += ["--perms", "1777", "--size", str(spec.tmp_bytes), "--tmpfs", "/tmp"]
@@ -162,7 +167,7 @@ def bwrap_args(spec: JailSpec, env: Mapping[str, str], mounts: Mounts) -> list[s
     if mounts.sys:
         args += ["--ro-bind", "/sys", "/sys"]
     args += _parents(JAIL_WORKDIR, bound, made)
-    args += ["--bind", spec.workdir, JAIL_WORKDIR]
+    args += ["--dir", JAIL_WORKDIR] if spec.zygote else ["--bind", spec.workdir, JAIL_WORKDIR]
     # bwrap's own root and /dev are tmpfs without a size limit that a program in a user namespace
     # would own: read-only, so the session's quota'd tmpfs (work dir, /tmp) is all it can fill
     args += ["--remount-ro", "/dev", "--remount-ro", "/"]
@@ -186,6 +191,8 @@ def jail_command(
     ``--die-with-parent`` also covers the worker dying mid-run: bwrap then kills the jail.
     """
     cmd = [*trampoline, *bwrap_args(spec, env, mounts), "--"]
+    if spec.zygote:
+        return [*cmd, *argv]
     if spec.pool_uid is not None:
         cmd += setpriv_args(spec.pool_uid)
     return [*cmd, *prlimit_args(limits), *argv]

@@ -43,6 +43,7 @@ from distrs.sandbox.seccomp import SeccompUnavailable, jail_filter
 from distrs.sandbox.settings import SandboxSettings
 from distrs.sandbox.uids import UidPool
 from distrs.sandbox.workdir import make_workdir, read_beneath, remove_workdir, write_beneath
+from distrs.sandbox.zygote import Zygote, ZygoteJail, child_source
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,17 @@ class LocalSession:
             raise
         return LocalHelper(proc, sandbox, self._uid, cgroup)
 
+    def start_forked(self, zygote: Zygote, args: Sequence[str], *, limits: Limits) -> ZygoteJail:
+        """A long-lived jailed helper forked from ``zygote`` (``LocalSandbox.zygote``) as the init
+        of fresh namespaces, with this session's work dir, /tmp and uid, and ``limits`` (its
+        rlimits, and its cgroup's where there is one), started with ``args`` as its arguments."""
+        if self._uid is None or self._tmpdir is None:
+            raise SandboxError("a zygote serves only sessions with a pool uid and a tmpfs of their own")
+        cgroup = self._sandbox.run_cgroup(self._uid, limits)
+        return zygote.spawn(
+            workdir=self._path, tmpdir=self._tmpdir, uid=self._uid, limits=limits, args=args, cgroup=cgroup
+        )
+
 
 class LocalHelper:
     """A jailed helper of a :class:`LocalSession` (``Session.start``) and its cgroup."""
@@ -242,6 +254,7 @@ class LocalSandbox:
             self._etc, self._seccomp = self._prepare_jail_files()
         self._lock = threading.Lock()
         self._uid_cgroups: dict[int, RunCgroup] = {}
+        self._zygotes: dict[tuple[object, ...], Zygote] = {}
         self.reap_stale()
 
     def reap_stale(self) -> int:
@@ -398,6 +411,63 @@ class LocalSandbox:
                 argv, spec, limits=limits, env=full_env, mounts=mounts or Mounts(), trampoline=trampoline
             )
             yield cmd, "/", {"PATH": "/usr/bin:/bin"}, (fd,)
+        finally:
+            os.close(fd)
+
+    def zygote(self, interpreter: str, program: str, mounts: Mounts) -> Zygote | None:
+        """The zygote (``zygote.py``) of ``program``, a python source run by ``interpreter``
+        (``-I -B``) with ``mounts``; started on first use and kept for this sandbox's life. None
+        where this sandbox cannot fork requests from one: without uid switching (``pool``) and
+        session tmpfs, or with a bind under /tmp (a request's /tmp would hide it)."""
+        if self._isolation != BWRAP or self._mode != privileges.POOL or not self._can_mount:
+            return None
+        if any(p == "/tmp" or p.startswith("/tmp/") for p in (*mounts.ro_paths, JAIL_WORKDIR)):
+            return None
+        key = (interpreter, program, mounts)
+        with self._lock:
+            z = self._zygotes.get(key)
+            if z is None:
+                argv = [interpreter, "-I", "-B", "-c", child_source()]
+                z = Zygote(
+                    lambda ctl: self._start_zygote(argv, mounts, ctl), program, proc=self._settings.mount_proc
+                )
+                self._zygotes[key] = z
+            return z
+
+    def close_zygotes(self) -> None:
+        """Stop every zygote of this sandbox (and the request jails nested in them)."""
+        with self._lock:
+            zygotes, self._zygotes = list(self._zygotes.values()), {}
+        for z in zygotes:
+            z.close()
+
+    def _start_zygote(self, argv: list[str], mounts: Mounts, ctl: int) -> subprocess.Popen[bytes]:
+        assert self._seccomp is not None and self._etc is not None
+        fd = os.open(self._seccomp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            spec = JailSpec(
+                bwrap=self._settings.bwrap,
+                workdir="",
+                tmpdir=None,
+                tmp_bytes=0,
+                etc_dir=str(self._etc),
+                proc=self._settings.mount_proc,
+                zygote=True,
+            )
+            cmd = jail_command([*argv, str(fd)], spec, limits=Limits(), env=default_env(None), mounts=mounts)
+            return subprocess.Popen(
+                cmd,
+                stdin=ctl,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd="/",
+                env={"PATH": "/usr/bin:/bin"},
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(fd,),
+            )
+        except OSError as e:
+            raise SandboxError(f"cannot start the zygote ({self._settings.bwrap}): {e}") from e
         finally:
             os.close(fd)
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,13 +30,14 @@ from distrs.rewards.judge import JudgeSettings
 from distrs.rewards.python_reward import FORKSERVER_SOURCE, PythonRunHandler, forkserver_source
 from distrs.sandbox import Limits, SandboxError
 from distrs.sandbox.factory import probe_bwrap
-from distrs.sandbox.forkserver import ForkServerSession
+from distrs.sandbox.forkserver import ForkServerSession, server_limits
 from distrs.sandbox.local import BWRAP, LocalSandbox
 from tests.integration.sandbox.conftest import sandbox_settings
 from tests.requirements import need
 
 SETTINGS = JudgeSettings(test_time_s=3.0)
 OFF = SETTINGS.model_copy(update={"python_fork_server": False})
+NO_ZYGOTE = SETTINGS.model_copy(update={"python_zygote": False})
 
 
 def _src(code: str) -> str:
@@ -47,10 +49,20 @@ def judge(h: PythonRunHandler, code: str, tests: list[dict[str, str]], **extra: 
     return h.run(StageInput("r", "t", "python", "run", payload, timeout_s=30))
 
 
+def _ns_depth(status: str) -> int:
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            return len(line.split()) - 1
+    return 1
+
+
 def assert_no_survivors(within_s: float = 3.0) -> None:
     """No fork server and no process forked from one is left (their command line holds the
-    server's source, and with it its protocol name; other tests' jails may share the uid range)."""
+    server's source, and with it its protocol name; other tests' jails may share the uid range).
+    A server forked from a zygote has the zygote's command line, one PID namespace deeper: the
+    zygote itself lives on between requests, its forks must not."""
     deadline = time.monotonic() + within_s
+    own = _ns_depth(Path("/proc/self/status").read_text())
     while True:
         left = []
         for d in Path("/proc").iterdir():
@@ -59,9 +71,10 @@ def assert_no_survivors(within_s: float = 3.0) -> None:
             try:
                 cmd = (d / "cmdline").read_bytes()
                 state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                forked = b"zygote/1" in cmd and _ns_depth((d / "status").read_text()) > own + 1
             except (OSError, IndexError):
                 continue
-            if b"forkserver/1" in cmd and state != "Z":
+            if (b"forkserver/1" in cmd or forked) and state != "Z":
                 left.append(int(d.name))
         if not left:
             return
@@ -85,7 +98,26 @@ def _sandbox(tmp: Path, **update: Any) -> LocalSandbox:
 @pytest.fixture(params=[True, False], ids=["proc", "no-proc"])
 def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalSandbox]:
     """The jail with and without /proc (the default in containers that mask /proc)."""
-    yield _sandbox(tmp_path, mount_proc=request.param)
+    sb = _sandbox(tmp_path, mount_proc=request.param)
+    yield sb
+    sb.close_zygotes()
+
+
+@pytest.fixture(params=[True, False], ids=["zygote", "jail-per-request"])
+def warm(request: pytest.FixtureRequest) -> JudgeSettings:
+    """The fork server forked from a zygote (where the worker can switch uids) or started in a
+    jail of its own per request."""
+    if request.param and os.geteuid() != 0:
+        pytest.skip("a zygote needs a worker that can switch uids (root)")
+    return SETTINGS if request.param else NO_ZYGOTE
+
+
+def _zygote_start(sb: LocalSandbox, s: Any, source: str, script_args: list[str], mounts: Any) -> Any:
+    """How the python type starts a request's server from the sandbox's zygote."""
+    zygote = sb.zygote(interpreter("")[0], source, mounts)
+    if zygote is None:
+        pytest.skip("this worker cannot fork requests from a zygote (not root)")
+    return lambda limits: s.start_forked(zygote, script_args, limits=server_limits(limits))
 
 
 # --- the same runs as a jail per case -------------------------------------------------------
@@ -116,21 +148,34 @@ PROGRAMS = {
     "memory error": "x = bytearray(2 << 30)",
     "excepthook": "import sys\nsys.excepthook = lambda t, v, tb: print('hook', t.__name__)\n1 / 0",
     "crash signal": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)",
+    "privileges": "import os\nkeep = ('Uid', 'Gid', 'Groups', 'Cap', 'NoNewPrivs', 'Seccomp')\n"
+    "print([l for l in open('/proc/self/status') if l.startswith(keep)], os.getcwd())",
+    "mounts": "print(sorted((l.split()[1] + ' ' + l.split()[2] + ' ' + ','.join(sorted(set(l.split()[3]"
+    ".split(',')) & {'ro', 'rw', 'nosuid', 'nodev', 'noexec'})) for l in open('/proc/self/mounts'))))",
+    "environment": "import os\nprint(sorted(os.environ.items()), os.umask(0))",
+    "network": "import socket\nprint(socket.if_nameindex(), socket.gethostname() != '', "
+    "socket.gethostbyname('localhost'))",
 }
 
 
-def test_runs_are_those_of_a_jail_per_case(tmp_path: Path) -> None:
+FORKED = pytest.mark.parametrize("forked", [False, True], ids=["own-jail", "from-zygote"])
+
+
+@FORKED
+def test_runs_are_those_of_a_jail_per_case(tmp_path: Path, forked: bool) -> None:
     sb = _sandbox(tmp_path, cgroups=False)  # per-case runs of one pool uid wait for its cgroup
     exe, mounts = interpreter("")
     argv = [exe, "-I", "-B", "main.py"]
     limits = Limits(wall_s=5, memory_bytes=512 << 20)
     with sb.session() as s:
+        start = _zygote_start(sb, s, forkserver_source(), ["main.py"], mounts) if forked else None
         runner = ForkServerSession(
             s,
             program=argv,
             server=[exe, "-I", "-B", "-c", forkserver_source(), "main.py"],
             isolation=sb.isolation,
             mounts=mounts,
+            start=start,
         )
         try:
             for name, code in PROGRAMS.items():
@@ -148,6 +193,7 @@ def test_runs_are_those_of_a_jail_per_case(tmp_path: Path) -> None:
         finally:
             runner.close()
     assert_no_survivors()
+    sb.close_zygotes()
 
 
 PAYLOADS: list[tuple[str, list[dict[str, str]], dict[str, Any]]] = [
@@ -174,15 +220,16 @@ def _comparable(out: StageOutput) -> tuple[Any, ...]:
     return out.status, out.score, tests, reasons, run, out.detail.get("compiler_output")
 
 
-def test_verdicts_are_those_of_a_jail_per_case(tmp_path: Path) -> None:
+def test_verdicts_are_those_of_a_jail_per_case(tmp_path: Path, warm: JudgeSettings) -> None:
     sb = _sandbox(tmp_path)
-    warm, cold = PythonRunHandler(sb, SETTINGS), PythonRunHandler(sb, OFF)
+    served, cold = PythonRunHandler(sb, warm), PythonRunHandler(sb, OFF)
     for code, tests, extra in PAYLOADS:
         a = judge(cold, code, tests or ADD, **extra)
-        b = judge(warm, code, tests or ADD, **extra)
+        b = judge(served, code, tests or ADD, **extra)
         assert _comparable(b) == _comparable(a), code
-    truncated = judge(warm, "import sys\nsys.stdout.write('x' * (5 << 20))", ADD)
+    truncated = judge(served, "import sys\nsys.stdout.write('x' * (5 << 20))", ADD)
     assert truncated.detail["tests"][0]["reason"] == "output limit exceeded"
+    sb.close_zygotes()
     assert_no_survivors()
 
 
@@ -210,8 +257,10 @@ else:
 """
 
 
-def test_a_poisoned_interpreter_does_not_reach_the_next_case_or_request(sandbox: LocalSandbox) -> None:
-    h = PythonRunHandler(sandbox, SETTINGS)
+def test_a_poisoned_interpreter_does_not_reach_the_next_case_or_request(
+    sandbox: LocalSandbox, warm: JudgeSettings
+) -> None:
+    h = PythonRunHandler(sandbox, warm)
     tests = [{"stdin": "poison", "expected_stdout": "42"}, {"stdin": "clean", "expected_stdout": "42"}]
     out = judge(h, POISON, tests)
     assert [t["status"] for t in out.detail["tests"]] == ["wrong_answer", "ok"], out.detail
@@ -247,8 +296,8 @@ else:
 """
 
 
-def test_a_daemon_of_one_case_is_gone_before_the_next(sandbox: LocalSandbox) -> None:
-    h = PythonRunHandler(sandbox, SETTINGS)
+def test_a_daemon_of_one_case_is_gone_before_the_next(sandbox: LocalSandbox, warm: JudgeSettings) -> None:
+    h = PythonRunHandler(sandbox, warm)
     tests = [{"stdin": "start", "expected_stdout": "42"}, {"stdin": "check", "expected_stdout": "42"}]
     out = judge(h, DAEMON, tests)
     assert out.detail["tests"][1]["status"] == "ok", out.detail
@@ -282,15 +331,19 @@ raise SystemExit(1)
 """
 
 
-def test_a_case_can_neither_forge_nor_read_the_servers_reports(sandbox: LocalSandbox) -> None:
-    h = PythonRunHandler(sandbox, SETTINGS)
+def test_a_case_can_neither_forge_nor_read_the_servers_reports(
+    sandbox: LocalSandbox, warm: JudgeSettings
+) -> None:
+    h = PythonRunHandler(sandbox, warm)
     out = judge(h, FORGE, [{"stdin": "", "expected_stdout": "safe"}])
     assert out.status is Status.RUNTIME_ERROR, out.detail  # its own exit 1, nothing forged
     raw = judge(h, FORGE, [{"stdin": "", "expected_stdout": "safe"}], mode="raw")
     assert raw.detail["run"]["stdout"] == "safe\n", raw.detail
 
 
-def test_the_server_cannot_be_killed_or_stopped_from_inside(sandbox: LocalSandbox) -> None:
+def test_the_server_cannot_be_killed_or_stopped_from_inside(
+    sandbox: LocalSandbox, warm: JudgeSettings
+) -> None:
     code = """
     import os, signal
     if input().strip() == "attack":
@@ -307,10 +360,10 @@ def test_the_server_cannot_be_killed_or_stopped_from_inside(sandbox: LocalSandbo
     print(42)
     """
     tests = [{"stdin": "attack", "expected_stdout": "42"}, {"stdin": "ok", "expected_stdout": "42"}]
-    warm = judge(PythonRunHandler(sandbox, SETTINGS), code, tests)
+    served = judge(PythonRunHandler(sandbox, warm), code, tests)
     cold = judge(PythonRunHandler(sandbox, OFF), code, tests)
     assert (
-        [t["status"] for t in warm.detail["tests"]]
+        [t["status"] for t in served.detail["tests"]]
         == ["ok", "ok"]
         == [t["status"] for t in cold.detail["tests"]]
     )
@@ -336,7 +389,10 @@ REPORT = "        _write_all(ctl_out, head.encode() + out + err)\n"
         '        _write_all(ctl_out, b"x" * 100000)\n',
     ],
 )
-def test_anything_malformed_from_the_server_is_a_sandbox_failure(tmp_path: Path, forged: str) -> None:
+@FORKED
+def test_anything_malformed_from_the_server_is_a_sandbox_failure(
+    tmp_path: Path, forged: str, forked: bool
+) -> None:
     sb = _sandbox(tmp_path, cgroups=False)
     exe, mounts = interpreter("")
     argv = [exe, "-I", "-B", "main.py"]
@@ -349,6 +405,7 @@ def test_anything_malformed_from_the_server_is_a_sandbox_failure(tmp_path: Path,
             server=[exe, "-I", "-B", "-c", source, "main.py"],
             isolation=sb.isolation,
             mounts=mounts,
+            start=_zygote_start(sb, s, source, ["main.py"], mounts) if forked else None,
         )
         try:
             with pytest.raises(SandboxError):
@@ -356,9 +413,12 @@ def test_anything_malformed_from_the_server_is_a_sandbox_failure(tmp_path: Path,
         finally:
             runner.close()
     assert_no_survivors()
+    sb.close_zygotes()
 
 
-def _hostile_runner(s: Any, sb: LocalSandbox, by: str) -> tuple[ForkServerSession, list[str], Any]:
+def _hostile_runner(
+    s: Any, sb: LocalSandbox, by: str, forked: bool
+) -> tuple[ForkServerSession, list[str], Any]:
     exe, mounts = interpreter("")
     argv = [exe, "-I", "-B", "main.py"]
     source = _hostile_server(REPORT, by)
@@ -368,15 +428,17 @@ def _hostile_runner(s: Any, sb: LocalSandbox, by: str) -> tuple[ForkServerSessio
         server=[exe, "-I", "-B", "-c", source, "main.py"],
         isolation=sb.isolation,
         mounts=mounts,
+        start=_zygote_start(sb, s, source, ["main.py"], mounts) if forked else None,
     )
     return runner, argv, mounts
 
 
-def test_a_server_that_dies_mid_case_fails_that_case_and_is_replaced(tmp_path: Path) -> None:
+@FORKED
+def test_a_server_that_dies_mid_case_fails_that_case_and_is_replaced(tmp_path: Path, forked: bool) -> None:
     sb = _sandbox(tmp_path, cgroups=False)
     with sb.session() as s:
         s.write_file("main.py", b"print(42)\n")
-        runner, argv, mounts = _hostile_runner(s, sb, "        os._exit(0)\n")
+        runner, argv, mounts = _hostile_runner(s, sb, "        os._exit(0)\n", forked)
         try:
             first = runner.run(argv, limits=Limits(wall_s=3), stdin=b"", mounts=mounts)
             assert not first.ok and first.exit_code == 1 and b"test runner" in first.stderr
@@ -385,19 +447,22 @@ def test_a_server_that_dies_mid_case_fails_that_case_and_is_replaced(tmp_path: P
         finally:
             runner.close()
     assert_no_survivors()
+    sb.close_zygotes()
 
 
-def test_a_server_that_stalls_is_killed_at_the_hosts_deadline(tmp_path: Path) -> None:
+@FORKED
+def test_a_server_that_stalls_is_killed_at_the_hosts_deadline(tmp_path: Path, forked: bool) -> None:
     sb = _sandbox(tmp_path, cgroups=False)
     with sb.session() as s:
         s.write_file("main.py", b"print(42)\n")
-        runner, argv, mounts = _hostile_runner(s, sb, "        time.sleep(3600)\n")
+        runner, argv, mounts = _hostile_runner(s, sb, "        time.sleep(3600)\n", forked)
         try:
             r = runner.run(argv, limits=Limits(wall_s=0.5), stdin=b"", mounts=mounts)
             assert r.timed_out and r.stdout == b""
         finally:
             runner.close()
     assert_no_survivors()
+    sb.close_zygotes()
 
 
 def test_the_server_refuses_to_run_outside_a_pid_namespace() -> None:
@@ -422,6 +487,134 @@ def test_the_setting_turns_it_off(tmp_path: Path) -> None:
     off = judge(PythonRunHandler(sb, OFF), code, tests, mode="raw")
     assert on.detail["run"]["stdout"] == "['main.py'] ['main.py'] 1 True\n"
     assert off.detail["run"]["stdout"] == "['main.py'] ['main.py'] 1 False\n"
+
+
+def test_one_zygote_serves_every_request_and_its_setting_turns_it_off(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a zygote needs a worker that can switch uids (root)")
+    sb = _sandbox(tmp_path)
+    exe, mounts = interpreter("")
+    code = "import os\nprint(os.getppid(), os.getuid() != 0)"
+    tests = [{"stdin": "", "expected_stdout": "x"}]
+    zygote = sb.zygote(exe, forkserver_source(), mounts)
+    assert zygote is not None
+    try:
+        for _ in range(3):
+            out = judge(PythonRunHandler(sb, NO_ZYGOTE), code, tests, mode="raw")
+            assert out.detail["run"]["stdout"] == "1 True\n"
+        assert zygote.started == 0
+        for _ in range(3):
+            out = judge(PythonRunHandler(sb, SETTINGS), code, tests, mode="raw")
+            assert out.detail["run"]["stdout"] == "1 True\n"  # a fork of a server that is pid 1
+        assert zygote.started == 1
+        assert_no_survivors()
+    finally:
+        sb.close_zygotes()
+
+
+def test_a_zygote_that_dies_mid_case_is_a_sandbox_failure_and_is_started_afresh(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a zygote needs a worker that can switch uids (root)")
+    sb = _sandbox(tmp_path)
+    exe, mounts = interpreter("")
+    zygote = sb.zygote(exe, forkserver_source(), mounts)
+    assert zygote is not None
+    h = PythonRunHandler(sb, SETTINGS)
+    code = "import time\nprint(open('/dev/stdin').read().strip())\ntime.sleep(30)"
+    killer = threading.Timer(2.0, zygote.close)  # a zygote killed from outside, its requests with it
+    killer.start()
+    try:
+        with pytest.raises(SandboxError, match="zygote died"):  # internal_error, never the program's
+            judge(h, code, [{"stdin": "x", "expected_stdout": "x"}], time_limit_s=20)
+        assert_no_survivors()
+        out = judge(h, "print(input())", [{"stdin": "42", "expected_stdout": "42"}])
+        assert out.status is Status.OK and zygote.started == 2, out.detail
+    finally:
+        killer.cancel()
+        sb.close_zygotes()
+
+
+# What one request may try to leave for the next: files in its work dir and /tmp, a daemon (in
+# a session of its own, ignoring SIGTERM), its environment, a SysV shared memory segment, a POSIX
+# one, a listening unix socket in the abstract namespace, a pseudo-terminal. The check reports
+# each one it finds; within one request (one session, one server) the files are meant to be seen.
+LEAK = """
+import ctypes, os, signal, socket, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+KEY = 0x5EED
+found = []
+if input().strip() == "plant":
+    for path in ("/tmp/planted", "planted"):
+        with open(path, "w") as f:
+            f.write("x")
+    os.environ["PLANTED"] = "1"
+    os.putenv("PLANTED", "1")
+    shmid = libc.shmget(KEY, 4096, 0o1666)
+    if shmid >= 0:
+        addr = libc.shmat(shmid, None, 0)
+    try:
+        fd = os.open("/dev/shm/planted", os.O_CREAT | os.O_RDWR, 0o666)
+        os.write(fd, b"x")
+    except OSError:
+        pass
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind("\\0distrs-planted")
+            s.listen(8)
+            try:
+                master = os.open("/dev/ptmx", os.O_RDWR)
+            except OSError:
+                pass
+            while True:
+                with open("/tmp/daemon-alive", "a") as f:
+                    f.write("x")
+                time.sleep(0.005)
+        os._exit(0)
+    time.sleep(0.2)
+    print(42)
+else:
+    for path in ("/tmp/planted", "planted", "/dev/shm/planted"):
+        if os.path.exists(path):
+            found.append(path)
+    before = os.path.getsize("/tmp/daemon-alive") if os.path.exists("/tmp/daemon-alive") else 0
+    time.sleep(0.2)
+    if os.path.exists("/tmp/daemon-alive") and os.path.getsize("/tmp/daemon-alive") != before:
+        found.append("daemon")
+    if "PLANTED" in os.environ:
+        found.append("environment")
+    if libc.shmget(KEY, 0, 0) >= 0:
+        found.append("sysv shm")
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect("\\0distrs-planted")
+        found.append("abstract socket")
+    except OSError:
+        pass
+    if os.path.isdir("/dev/pts") and [p for p in os.listdir("/dev/pts") if p.isdigit()]:
+        found.append("pty")
+    if os.path.isdir("/proc"):
+        others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
+        if others:
+            found.append(f"processes {others}")
+    print(42 if not found else f"found {found}")
+"""
+
+
+def test_nothing_a_request_leaves_reaches_the_next(sandbox: LocalSandbox, warm: JudgeSettings) -> None:
+    h = PythonRunHandler(sandbox, warm)
+    plant, check = {"stdin": "plant", "expected_stdout": "42"}, {"stdin": "check", "expected_stdout": "42"}
+    same = judge(h, LEAK, [plant, check], mode="raw")
+    # the check sees what it looks for: within one request (one session, one server's
+    # namespaces) the files and the shared memory segment stay
+    seen = same.detail["tests"][1]["stdout"]
+    assert all(x in seen for x in ("'/tmp/planted'", "'planted'", "'sysv shm'")), same.detail
+    first = judge(h, LEAK, [plant])
+    assert first.status is Status.OK, first.detail
+    second = judge(h, LEAK, [check], mode="raw")
+    assert second.detail["run"]["stdout"] == "42\n", second.detail
+    assert_no_survivors()
 
 
 # --- the non-root modes ----------------------------------------------------------------------

@@ -151,3 +151,18 @@ def test_without_proc_a_run_may_get_a_static_self_exe_link_and_nothing_else_of_p
     with_proc = bwrap_args(_spec(proc=True), {}, mounts)
     assert _pairs(with_proc, "--proc") == ["/proc"] and "/proc/self/exe" not in with_proc
     assert not any(a.startswith("/proc") for a in bwrap_args(_spec(proc=False), {}, Mounts()))
+
+
+def test_a_zygotes_jail_is_root_of_its_namespaces_with_empty_mount_points_and_no_filter() -> None:
+    """The zygote itself runs no request's code: each request's fork drops to its uid, rlimits
+    and the seccomp filter (zygote_child.py), which the zygote's own jail must not hold, and
+    mounts the session's work dir and /tmp where this jail has empty directories."""
+    spec = JailSpec(bwrap="bwrap", workdir="", tmpdir=None, tmp_bytes=0, seccomp_fd=7, zygote=True)
+    cmd = jail_command(["python", "-c", "src"], spec, limits=Limits(), env={}, mounts=Mounts())
+    assert "--unshare-user" not in cmd and "--seccomp" not in cmd
+    assert {"--unshare-pid", "--unshare-net", "--unshare-ipc", "--as-pid-1", "--die-with-parent"} <= set(cmd)
+    assert "setpriv" not in cmd and "prlimit" not in cmd
+    assert cmd[cmd.index("--") + 1 :] == ["python", "-c", "src"]
+    assert _pairs(cmd, "--dir")[-1] == JAIL_WORKDIR and "/tmp" in _pairs(cmd, "--dir")
+    assert not _pairs(cmd, "--bind") and "--tmpfs" not in cmd  # nothing writable of its own
+    assert _pairs(cmd, "--remount-ro")[-1] == "/"

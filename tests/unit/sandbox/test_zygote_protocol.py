@@ -1,0 +1,27 @@
+"""The zygote's request line (pure)."""
+
+from __future__ import annotations
+
+from distrs.sandbox import Limits, MemoryKind
+from distrs.sandbox.zygote import request_line
+
+
+def test_request_line_carries_uid_proc_every_rlimit_and_hex_arguments() -> None:
+    limits = Limits(wall_s=2.5, memory_bytes=300, nproc=9, fsize_bytes=7, nofile=5)
+    line = request_line(61003, True, limits, ["harness.py", "call", "two words"])
+    fields = line.rstrip(b"\n").split(b" ")
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert fields[:9] == [b"Q", b"61003", b"1", b"3", b"as", b"300", b"9", b"7", b"5"]
+    assert [bytes.fromhex(a.decode()).decode() for a in fields[9].split(b",")] == [
+        "harness.py",
+        "call",
+        "two words",
+    ]
+
+
+def test_unlimited_fields_no_arguments_and_the_data_kind() -> None:
+    limits = Limits(
+        cpu_s=0.2, memory_bytes=None, memory_kind=MemoryKind.DATA, nproc=None, fsize_bytes=None, nofile=None
+    )
+    fields = request_line(61000, False, limits, []).rstrip(b"\n").split(b" ")
+    assert fields[2:] == [b"0", b"1", b"data", b"-1", b"-1", b"-1", b"-1", b"-"]
