@@ -1,4 +1,4 @@
--- Shared helpers, prepended to every script at load time (see distrs/store/scripts.py).
+-- Shared helpers, prepended to every script at load time (see distrs/store/redis/scripts.py).
 -- Keys are never built here: they come in KEYS or are read from records (distrs/store/keys.py).
 
 local function fmt(x)
