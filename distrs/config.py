@@ -21,6 +21,12 @@ class _Base(BaseSettings):
 
 class StoreSettings(_Base):
     redis_url: str | None = Field(None, description="Redis URL; unset means the in-process memory store.")
+    redis_mode: Literal["standalone", "cluster"] = Field(
+        "standalone",
+        description="standalone: one Redis primary; cluster: Redis Cluster, redis_url naming any seed node "
+        "(redis://host:port, no db); keys are grouped per task so each script touches one slot "
+        "(docs/store.md, Cluster).",
+    )
     history_batches: int = Field(8, ge=1, description="Finished batches kept per task as history (K).")
     queue_policy: QueuePolicy = Field(QueuePolicy.EBF, description="Queue order: ebf or fcfs.")
     default_batch_span_s: float = Field(

@@ -36,25 +36,31 @@ from typing import Any, TypeVar
 
 import orjson
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import (
+    AskError,
+    ClusterDownError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     ResponseError,
     TryAgainError,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from distrs.config import StoreSettings
+from distrs.core.history import SPAN_SAMPLES
 from distrs.core.model import BatchInfo, Lease, RequestRecord
 from distrs.core.priority import QueuePolicy
 from distrs.store import errors
-from distrs.store.keys import EVENTS_MAXLEN, Keys
+from distrs.store.keys import EVENTS_MAXLEN, Keys, slot_tags
+from distrs.store.redis.cluster import TaskRegistry
 from distrs.store.redis.scripts import SCRIPTS, ScriptBatcher, load_script_source
 from distrs.store.redis.wake import Waker
-from distrs.store.redis_client import connect
+from distrs.store.redis_client import connect, connect_cluster
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +108,11 @@ _REQUEST_SCALARS = (
     "seq",
 )
 # Redis error prefixes that mean "try again later" (out of memory under noeviction, a failover in
-# progress, a busy script): answered 503 rather than 500.
-_TRANSIENT = {"OOM", "READONLY", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN", "LOADING"}
+# progress, a busy script, a slot moving): answered 503 rather than 500. redis-py's cluster client
+# retries MOVED, ASK, TRYAGAIN and CLUSTERDOWN itself first (redis_client.connect_cluster).
+_TRANSIENT = {
+    "OOM", "READONLY", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN", "LOADING", "MOVED", "ASK",
+}  # fmt: skip
 
 
 def num(x: float) -> str:
@@ -120,7 +129,7 @@ class RedisBase:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: aioredis.Redis | RedisCluster,
         settings: StoreSettings | None = None,
         *,
         namespace: str = "distrs",
@@ -129,19 +138,24 @@ class RedisBase:
         autopipeline: bool = True,
     ) -> None:
         self.settings = settings or StoreSettings.model_validate({})
-        self.keys = Keys(namespace)
+        # cluster mode: keys grouped per task and slot (keys.py), scripts hand back what belongs
+        # to other slots, leases merge the heads of the task queues (leases.py)
+        self.cluster = self.settings.redis_mode == "cluster"
+        self.keys = Keys(namespace, cluster=self.cluster)
         # decode_responses=True client; typed loosely because redis-py's stubs cover bytes and str
         self._r: Any = client
         self._wake_poll_s = wake_poll_s
         self._events_maxlen = events_maxlen
         self._policy = QueuePolicy(self.settings.queue_policy).value
         self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(load_script_source(name)) for name in SCRIPTS
+            name: client.register_script(load_script_source(name, self.cluster)) for name in SCRIPTS
         }
         self._batcher = ScriptBatcher(client) if autopipeline else None
         self._work = Waker()
         self._results = Waker()
         self._lease_cache: OrderedDict[str, Lease] = OrderedDict()
+        self._tasks = TaskRegistry()  # cluster mode: which task queues a lease reads
+        self._lease_tasks: OrderedDict[str, str] = OrderedDict()  # cluster: lease id -> task
         self._lease_prefix = uuid.uuid4().hex[:16]
         self._lease_counter = itertools.count(1)
         self._listener: asyncio.Task[None] | None = None
@@ -156,14 +170,21 @@ class RedisBase:
 
     @classmethod
     def from_url(cls: type[S], url: str, settings: StoreSettings | None = None, **kwargs: Any) -> S:
-        """A store over a new client for ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
-        client = connect(url, settings or StoreSettings.model_validate({}))
+        """A store over a new client for ``url`` (``redis://``, ``rediss://`` or ``unix://``; in
+        cluster mode any seed node)."""
+        s = settings or StoreSettings.model_validate({})
+        client = connect_cluster(url, s) if s.redis_mode == "cluster" else connect(url, s)
         return cls(client, settings, **kwargs)
 
     # lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
         self._closed = False
+        if self.cluster:  # the slot tags, built once per process off the event loop
+            await asyncio.get_running_loop().run_in_executor(None, slot_tags, self.keys.ns)
+            # read the topology now; a cluster that is down yet is read again on first use
+            with contextlib.suppress(Exception):
+                await self._r.initialize()
         if self._listener is None:
             self._subscribed = asyncio.Event()
             self._listener = asyncio.create_task(self._listen(), name="distrs-redis-wake")
@@ -183,7 +204,7 @@ class RedisBase:
     async def ping(self) -> bool:
         try:
             return bool(await self._r.ping())
-        except (RedisError, RuntimeError, OSError):
+        except (RedisError, RedisClusterException, RuntimeError, OSError):
             return False
 
     async def _listen(self) -> None:
@@ -212,8 +233,11 @@ class RedisBase:
                         self._results.wake(msg["data"])
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # connection loss, Redis restart
+            except Exception as exc:  # connection loss, Redis restart, a failover
                 log.debug("wake subscription lost: %s", exc)
+                if self.cluster:  # the node may be gone: read the topology again
+                    with contextlib.suppress(Exception):
+                        await self._r.nodes_manager.initialize()
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
@@ -236,22 +260,53 @@ class RedisBase:
             raise self._translate(exc) from None
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise errors.Unavailable(f"redis unavailable: {exc}") from exc
-        except (RedisError, RuntimeError) as exc:
+        except (RedisError, RedisClusterException, RuntimeError) as exc:
             log.warning("redis call failed: %r", exc)
             raise errors.Unavailable(f"redis unavailable: {type(exc).__name__}: {exc}") from exc
 
-    async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+    async def _run(self, name: str, keys: list[str], args: list[Any], seq: int = 0, bound: str = "") -> Any:
+        """Run a script. Cluster mode passes ``seq`` (the arrival-sequence base of a submit) and
+        ``bound`` (a lease's "score LF seq" limit) in front of ``args`` and appends the events
+        and span samples the script hands back (scripts.py) before returning its result."""
         script = self._scripts[name]
+        if self.cluster:
+            args = [seq, bound, *args]
         if self._batcher is not None:
             batcher = self._batcher
-            return await self._call(lambda: batcher.call(script, keys, args))
-        return await self._call(lambda: script(keys=keys, args=args))
+            out = await self._call(lambda: batcher.call(script, keys, args))
+        else:
+            out = await self._call(lambda: script(keys=keys, args=args))
+        if not self.cluster:
+            return out
+        result, events, spans = out
+        if events or spans:
+            await self._call(lambda: self._append_global(events, spans))
+        return result
+
+    async def _known_tasks(self, fresh: bool = False) -> list[str]:
+        """Cluster mode: the registered tasks (this process's copy, read again when stale)."""
+        if fresh or self._tasks.stale():
+            got = await self._call(lambda: self._r.zrange(self.keys.tasks(), 0, -1))
+            self._tasks.replace(got)
+        return sorted(self._tasks.tasks)
+
+    async def _append_global(self, events: list[list[str]], spans: list[str]) -> None:
+        """Cluster mode: the events and span samples a script produced, into their global keys."""
+        async with self._r.pipeline(transaction=False) as p:
+            for typ, ts, task, batch_id, data in events:
+                fields = {"type": typ, "ts": ts, "task": task, "batch_id": batch_id, "data": data}
+                p.xadd(self.keys.events(), fields, maxlen=self._events_maxlen, approximate=True)
+            for sample in spans:
+                p.lpush(self.keys.spans(), sample)
+            if spans:
+                p.ltrim(self.keys.spans(), 0, SPAN_SAMPLES - 1)
+            await p.execute()
 
     @staticmethod
     def _translate(exc: ResponseError) -> Exception:
         text = str(exc)
         if (
-            isinstance(exc, OutOfMemoryError | ReadOnlyError | TryAgainError)
+            isinstance(exc, OutOfMemoryError | ReadOnlyError | TryAgainError | ClusterDownError | AskError)
             or text.split(" ", 1)[0] in _TRANSIENT
         ):
             return errors.Unavailable(f"redis cannot serve now: {text}")

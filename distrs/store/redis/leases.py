@@ -3,8 +3,9 @@ release and the requeue of expired leases, each one Lua script; plus the wait fo
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -12,6 +13,9 @@ from distrs.core.model import Lease, Result, Status
 from distrs.store import errors
 from distrs.store.base import CompleteOutcome, CompletionItem
 from distrs.store.redis.base import RedisBase, num, pairs
+from distrs.store.redis.cluster import LEASE_ROUNDS, bound_of, by_slot, order_heads
+
+T = TypeVar("T")
 
 # Leases handed out by this process remembered for get_lease (oldest forgotten first).
 LEASE_CACHE_SIZE = 4096
@@ -29,6 +33,9 @@ class LeaseOps(RedisBase):
         k = self.keys
         holder = worker_id if holder is None else holder
         self._seen_work.set((stage, self._work.generation(stage)))
+        if self.cluster:
+            got = await self._lease_across_tasks(stage, worker_id, now, ttl_s, 1, holder)
+            return got[0] if got else None
         lease_id = self._new_lease_id()
         out = await self._run(
             "lease",
@@ -45,6 +52,8 @@ class LeaseOps(RedisBase):
         keys = self.keys
         holder = worker_id if holder is None else holder
         self._seen_work.set((stage, self._work.generation(stage)))
+        if self.cluster:
+            return await self._lease_across_tasks(stage, worker_id, now, ttl_s, k, holder) if k > 0 else []
         ids = [self._new_lease_id() for _ in range(max(0, k))]
         if not ids:
             return []
@@ -58,9 +67,75 @@ class LeaseOps(RedisBase):
             for lease_id, row in zip(ids, rows, strict=False)
         ]
 
-    def _new_lease_id(self) -> str:
-        # unique across processes (random per-store prefix) without a urandom call per lease
-        return f"{self._lease_prefix}{next(self._lease_counter):x}"
+    async def _lease_across_tasks(
+        self, stage: str, worker_id: str, now: float, ttl_s: float, k: int, holder: str
+    ) -> list[Lease]:
+        """Cluster mode: up to ``k`` leases in EBF order across the task queues (cluster.py)."""
+        keys = self.keys
+        got: list[Lease] = []
+        fresh = False
+        for rnd in range(LEASE_ROUNDS):
+            tasks = await self._known_tasks(fresh)
+            heads = await self._heads(stage, tasks)
+            if not heads:
+                if fresh:
+                    break
+                fresh = True  # another process may have registered a task since our copy
+                continue
+            last_round = rnd == LEASE_ROUNDS - 1
+            for i, (_, _, task) in enumerate(heads):
+                bound = "" if last_round else bound_of(heads[i + 1] if i + 1 < len(heads) else None)
+                slot = keys.slot_of(task)
+                ids = [self._new_lease_id(slot) for _ in range(k - len(got))]
+                rows = await self._run(
+                    "lease_bundle",
+                    [keys.queue(stage, task), keys.leases(slot), *(keys.lease(i) for i in ids)],
+                    [num(now), num(ttl_s), worker_id, stage, holder, *ids],
+                    bound=bound,
+                )
+                for lease_id, row in zip(ids, rows, strict=False):
+                    got.append(self._handed_out(lease_id, row, stage, worker_id, holder, now))
+                    self._remember_task(lease_id, task)
+                if len(got) >= k:
+                    return got
+        return got
+
+    async def _heads(self, stage: str, tasks: list[str]) -> list[tuple[float, str, str]]:
+        """The head of ``stage``'s queue of each task, earliest first (one pipeline)."""
+        if not tasks:
+            return []
+
+        async def read() -> list[Any]:
+            async with self._r.pipeline(transaction=False) as p:
+                for t in tasks:
+                    p.zrange(self.keys.queue(stage, t), 0, 0, withscores=True)
+                return list(await p.execute())
+
+        return order_heads(tasks, await self._call(read))
+
+    def _remember_task(self, lease_id: str, task: str) -> None:
+        self._lease_tasks[lease_id] = task
+        while len(self._lease_tasks) > LEASE_CACHE_SIZE:
+            self._lease_tasks.popitem(last=False)
+
+    async def _next_queue(self, lease_id: str, next_stage: str | None) -> str | None:
+        """The queue a completion moves its request to (None when final). Cluster mode needs the
+        lease's task: remembered when this process handed the lease out, else read from it."""
+        if next_stage is None:
+            return None
+        if not self.cluster:
+            return self.keys.queue(next_stage)
+        task = self._lease_tasks.pop(lease_id, None)
+        if task is None:
+            task = await self._call(lambda: self._r.hget(self.keys.lease(lease_id), "task"))
+        # an unknown lease has no task: the script refuses it before touching the queue
+        return self.keys.queue(next_stage, task) if task else self.keys.lease(lease_id)
+
+    def _new_lease_id(self, slot: int | None = None) -> str:
+        # unique across processes (random per-store prefix) without a urandom call per lease; in
+        # cluster mode led by the slot of the lease's keys (keys.py)
+        lid = f"{self._lease_prefix}{next(self._lease_counter):x}"
+        return lid if slot is None else f"{slot:04x}{lid}"
 
     def _handed_out(
         self, lease_id: str, row: list[Any], stage: str, worker_id: str, holder: str, now: float
@@ -143,8 +218,9 @@ class LeaseOps(RedisBase):
 
     async def heartbeat(self, lease_id: str, holder: str, now: float, ttl_s: float) -> float:
         k = self.keys
+        slot = k.lease_slot(lease_id)
         out = await self._run(
-            "heartbeat", [k.lease(lease_id), k.leases()], [num(now), num(ttl_s), holder, lease_id]
+            "heartbeat", [k.lease(lease_id), k.leases(slot)], [num(now), num(ttl_s), holder, lease_id]
         )
         deadline = float(out)
         cached = self._lease_cache.get(lease_id)
@@ -165,17 +241,19 @@ class LeaseOps(RedisBase):
     ) -> CompleteOutcome:
         k = self.keys
         lkey = k.lease(lease_id)
+        slot = k.lease_slot(lease_id)
         self._lease_cache.pop(lease_id, None)  # finished (or refused: then Redis knows better)
+        qkey = await self._next_queue(lease_id, next_stage)
         result_json, status = self._result_args(next_stage, result)
         out = await self._run(
             "complete",
             [
                 lkey,
-                k.leases(),
-                k.queue(next_stage) if next_stage else lkey,
-                k.events(),
-                k.active(),
-                k.stages(),
+                k.leases(slot),
+                qkey or lkey,
+                k.unused(slot) if self.cluster else k.events(),
+                k.active(slot),
+                k.stages(slot),
             ],
             [
                 num(now),
@@ -198,12 +276,27 @@ class LeaseOps(RedisBase):
     async def heartbeat_many(
         self, lease_ids: Sequence[str], holder: str, now: float, ttl_s: float
     ) -> list[float | errors.StoreError]:
-        k = self.keys
         if not lease_ids:
             return []
+        groups = by_slot(self.keys.lease_slot(i) for i in lease_ids)
+        if len(groups) == 1:
+            return await self._heartbeat_slot(lease_ids, holder, now, ttl_s)
+        parts = await asyncio.gather(
+            *(
+                self._heartbeat_slot([lease_ids[i] for i in pos], holder, now, ttl_s)
+                for pos in groups.values()
+            )
+        )
+        return _reassemble(len(lease_ids), list(groups.values()), parts)
+
+    async def _heartbeat_slot(
+        self, lease_ids: Sequence[str], holder: str, now: float, ttl_s: float
+    ) -> list[float | errors.StoreError]:
+        """``heartbeat_many`` of leases in one slot (all of them, standalone)."""
+        k = self.keys
         rows = await self._run(
             "heartbeat_bundle",
-            [k.leases(), *(k.lease(i) for i in lease_ids)],
+            [k.leases(k.lease_slot(lease_ids[0])), *(k.lease(i) for i in lease_ids)],
             [num(now), num(ttl_s), holder, *lease_ids],
         )
         out: list[float | errors.StoreError] = []
@@ -221,16 +314,30 @@ class LeaseOps(RedisBase):
     async def complete_many(
         self, items: Sequence[CompletionItem], holder: str, now: float
     ) -> list[CompleteOutcome | errors.StoreError]:
-        k = self.keys
         if not items:
             return []
-        keys = [k.leases(), k.events(), k.active(), k.stages()]
+        groups = by_slot(self.keys.lease_slot(it.lease_id) for it in items)
+        if len(groups) == 1:
+            return await self._complete_slot(items, holder, now)
+        parts = await asyncio.gather(
+            *(self._complete_slot([items[i] for i in pos], holder, now) for pos in groups.values())
+        )
+        return _reassemble(len(items), list(groups.values()), parts)
+
+    async def _complete_slot(
+        self, items: Sequence[CompletionItem], holder: str, now: float
+    ) -> list[CompleteOutcome | errors.StoreError]:
+        """``complete_many`` of leases in one slot (all of them, standalone)."""
+        k = self.keys
+        slot = k.lease_slot(items[0].lease_id)
+        events = k.unused(slot) if self.cluster else k.events()
+        keys = [k.leases(slot), events, k.active(slot), k.stages(slot)]
         args: list[Any] = [num(now), holder, self._policy, *self._finish_args()]
         args += [k.work_channel(), k.result_channel(), len(items)]
         for it in items:
             self._lease_cache.pop(it.lease_id, None)
             lkey = k.lease(it.lease_id)
-            keys += [lkey, k.queue(it.next_stage) if it.next_stage else lkey]
+            keys += [lkey, await self._next_queue(it.lease_id, it.next_stage) or lkey]
             args += [it.lease_id, num(it.run_s), it.outcome, it.next_stage or ""]
             args.append(orjson.dumps(it.artifacts).decode() if it.artifacts is not None else "")
             args += list(self._result_args(it.next_stage, it.result))
@@ -256,20 +363,42 @@ class LeaseOps(RedisBase):
 
     async def release(self, lease_id: str, holder: str, now: float) -> str:
         k = self.keys
+        slot = k.lease_slot(lease_id)
         self._lease_cache.pop(lease_id, None)
+        self._lease_tasks.pop(lease_id, None)
         return await self._run(
             "release",
-            [k.lease(lease_id), k.leases(), k.stages()],
+            [k.lease(lease_id), k.leases(slot), k.stages(slot)],
             [num(now), holder, lease_id, self._policy, k.work_channel()],
         )
 
     async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
+        if not self.cluster:
+            return await self._requeue_slot(None, now, max_attempts)
+        # cluster: the slots of the registered tasks; a script only for those with an expired lease
         k = self.keys
+        slots = sorted({s for t in await self._known_tasks(fresh=True) if (s := k.slot_of(t)) is not None})
+
+        async def expired_heads() -> list[Any]:
+            async with self._r.pipeline(transaction=False) as p:
+                for s in slots:
+                    p.zrangebyscore(k.leases(s), "-inf", f"({num(now)}", start=0, num=1)
+                return list(await p.execute())
+
+        heads = await self._call(expired_heads) if slots else []
+        due = [s for s, h in zip(slots, heads, strict=True) if h]
+        parts = await asyncio.gather(*(self._requeue_slot(s, now, max_attempts) for s in due))
+        return [x for part in parts for x in part]
+
+    async def _requeue_slot(self, slot: int | None, now: float, max_attempts: int) -> list[tuple[str, str]]:
+        """``requeue_expired`` of one slot's lease index (the only one, standalone)."""
+        k = self.keys
+        events = k.unused(slot) if self.cluster else k.events()
         affected: list[tuple[str, str]] = []
         while True:
             out = await self._run(
                 "requeue_expired",
-                [k.leases(), k.events(), k.active(), k.stages()],
+                [k.leases(slot), events, k.active(slot), k.stages(slot)],
                 [
                     num(now),
                     max_attempts,
@@ -283,5 +412,15 @@ class LeaseOps(RedisBase):
             affected += list(zip(out[1::3], out[3::3], strict=True))
             for lease_id in out[2::3]:
                 self._lease_cache.pop(lease_id, None)
+                self._lease_tasks.pop(lease_id, None)
             if int(out[0]) < REQUEUE_CHUNK:
                 return affected
+
+
+def _reassemble(n: int, positions: list[list[int]], parts: Sequence[Sequence[T]]) -> list[T]:
+    """Per-slot answers back into the caller's order."""
+    out: list[Any] = [None] * n
+    for pos, part in zip(positions, parts, strict=True):
+        for i, x in zip(pos, part, strict=True):
+            out[i] = x
+    return out

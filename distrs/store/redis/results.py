@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 import orjson
 
@@ -81,35 +82,57 @@ class ResultOps(RedisBase):
         k = self.keys
 
         async def gather() -> Snapshot:
+            # standalone: one slot (None); cluster: every slot of a registered task, and a queue
+            # per task and stage, summed per stage (keys.py)
+            tasks = await self._known_tasks(fresh=True) if self.cluster else []
+            slots = sorted({k.slot_of(t) for t in tasks}, key=lambda s: -1 if s is None else s)
+            if not self.cluster:
+                slots = [None]
             async with self._r.pipeline(transaction=False) as p:
-                p.zrange(k.active(), 0, -1)
-                p.smembers(k.stages())
-                p.zrange(k.leases(), 0, -1)
-                active, stages, leases = await p.execute()
-            stage_list = sorted(stages)
+                for slot in slots:
+                    p.zrange(k.active(slot), 0, -1)
+                    p.smembers(k.stages(slot))
+                    p.zrange(k.leases(slot), 0, -1)
+                per_slot = await p.execute()
+            active = [b for rows in per_slot[0::3] for b in rows]
+            stages_of = dict(zip(slots, per_slot[1::3], strict=True))
+            leases = [lk for rows in per_slot[2::3] for lk in rows]
+            stage_list = sorted(set().union(*stages_of.values()))
+            # (stage, queue key) whose ZCARD counts towards that stage's depth
+            queues = (
+                [(st, k.queue(st, t)) for t in tasks for st in sorted(stages_of[k.slot_of(t)])]
+                if self.cluster
+                else [(st, k.queue(st)) for st in stage_list]
+            )
             async with self._r.pipeline(transaction=False) as p:
                 for bkey in active:
                     p.hgetall(bkey)
-                for st in stage_list:
-                    p.zcard(k.queue(st))
+                for _, qkey in queues:
+                    p.zcard(qkey)
                 for lkey in leases:
                     p.hmget(lkey, "stage", "started_at", "task", "batch_id")
                 res = await p.execute()
             batch_hashes = res[: len(active)]
-            depths = res[len(active) : len(active) + len(stage_list)]
-            lease_rows = res[len(active) + len(stage_list) :]
+            depth: dict[str, int] = dict.fromkeys(stage_list, 0)
+            for (st, _), n in zip(queues, res[len(active) : len(active) + len(queues)], strict=True):
+                depth[st] += int(n)
+            lease_rows = res[len(active) + len(queues) :]
+            # per batch: its queued set and (for the asked types) a random sample of finished
+            # profiles; absent ones read as empty (no placeholder commands: a cluster pipeline
+            # refuses keyless ones)
+            reads: list[tuple[int, int]] = []
             async with self._r.pipeline(transaction=False) as p:
-                for h in batch_hashes:
+                for i, h in enumerate(batch_hashes):
                     if h.get("k_queued"):
                         p.zrange(h["k_queued"], 0, -1, withscores=True)
-                    else:
-                        p.echo("")
+                        reads.append((i, 0))
                     if h.get("k_profile") and h.get("reward_type") in finished_types:
-                        # a random sample of finished requests' profiles
                         p.hrandfield(h["k_profile"], FINISHED_SAMPLE, withvalues=True)
-                    else:
-                        p.echo("")
-                rows = await p.execute()
+                        reads.append((i, 1))
+                got = await p.execute() if reads else []
+            rows: list[Any] = [None] * (2 * len(batch_hashes))
+            for (i, j), value in zip(reads, got, strict=True):
+                rows[2 * i + j] = value
             lives: dict[tuple[str, str], BatchLive] = {}
             for h, q, fin in zip(batch_hashes, rows[0::2], rows[1::2], strict=True):
                 if not h:
@@ -135,7 +158,7 @@ class ResultOps(RedisBase):
             return Snapshot(
                 now=now,
                 batches=list(lives.values()),
-                queue_depth=dict(zip(stage_list, (int(d) for d in depths), strict=True)),
+                queue_depth=depth,
                 running=running,
             )
 

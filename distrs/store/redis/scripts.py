@@ -1,6 +1,7 @@
 """Lua script loading and auto-pipelining of script calls.
 
-Each script is ``lua/lib.lua`` + its own file (package data), registered with redis-py's
+Each script is ``lua/lib.lua`` + its own file (package data), behind a one-line prelude that
+says whether it runs on a cluster (``load_script_source``), registered with redis-py's
 ``register_script`` (EVALSHA, reloaded after a Redis restart empties its script cache). Script
 calls issued in one event-loop tick travel as one pipeline (``ScriptBatcher``), which halves the
 client CPU per request lifecycle under load.
@@ -30,10 +31,33 @@ SCRIPTS = (
 )
 
 
-def load_script_source(name: str) -> str:
-    """A script's text with the shared library prepended (both ship as package data)."""
+# Standalone: the scripts write the global keys themselves.
+_STANDALONE = "local CLUSTER = false\n"
+# Cluster: the first two ARGV are the caller's arrival-sequence base (submit) and lease bound
+# (lease, lease_bundle; '' = none); events and span samples the script produced come back with
+# its result as {result, {{type, ts, task, batch_id, data}, ...}, {span JSON, ...}}.
+_CLUSTER_HEAD = """local CLUSTER = {seq = table.remove(ARGV, 1), bound = table.remove(ARGV, 1), events = {},
+  spans = {}}
+"""
+_CLUSTER_BODY = """local function distrs_body()
+%s
+end
+local distrs_result = distrs_body()
+if type(distrs_result) == 'table' and distrs_result.err then
+  return distrs_result
+end
+return {distrs_result, CLUSTER.events, CLUSTER.spans}
+"""
+
+
+def load_script_source(name: str, cluster: bool = False) -> str:
+    """A script's text with the shared library prepended (both ship as package data); in cluster
+    mode wrapped so that it hands back what belongs to other slots (see ``_CLUSTER_HEAD``)."""
     lua = resources.files("distrs.store").joinpath("lua")
-    return lua.joinpath("lib.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
+    lib, body = lua.joinpath("lib.lua").read_text(), lua.joinpath(f"{name}.lua").read_text()
+    if cluster:
+        return _CLUSTER_HEAD + lib + "\n" + _CLUSTER_BODY % body
+    return _STANDALONE + lib + "\n" + body
 
 
 class ScriptBatcher:
