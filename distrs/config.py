@@ -7,6 +7,7 @@ Every field can be set from the environment with the ``DISTRS_`` prefix (e.g.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field
@@ -15,14 +16,21 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from distrs.core.priority import QueuePolicy
 
 
+class RedisMode(StrEnum):
+    """How the Redis store runs: one primary, or Redis Cluster (docs/store.md, Cluster)."""
+
+    STANDALONE = "standalone"
+    CLUSTER = "cluster"
+
+
 class _Base(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DISTRS_", extra="ignore")
 
 
 class StoreSettings(_Base):
     redis_url: str | None = Field(None, description="Redis URL; unset means the in-process memory store.")
-    redis_mode: Literal["standalone", "cluster"] = Field(
-        "standalone",
+    redis_mode: RedisMode = Field(
+        RedisMode.STANDALONE,
         description="standalone: one Redis primary; cluster: Redis Cluster, redis_url naming any seed node "
         "(redis://host:port, no db); keys are grouped per task so each script touches one slot "
         "(docs/store.md, Cluster).",
