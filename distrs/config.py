@@ -35,6 +35,16 @@ class StoreSettings(_Base):
         "(redis://host:port, no db); keys are grouped per task so each script touches one slot "
         "(docs/store.md, Cluster).",
     )
+    redis_wait_replicas: int = Field(
+        1,
+        ge=0,
+        description="Cluster mode: replicas that must have a registration, submission or completion "
+        "(WAIT) before the caller is told it succeeded, so a failover loses none of them; 0 = do not "
+        "wait. After redis_wait_timeout_ms the call answers anyway and logs a warning.",
+    )
+    redis_wait_timeout_ms: int = Field(
+        500, ge=1, description="Cluster mode: the longest WAIT for replicas (redis_wait_replicas)."
+    )
     history_batches: int = Field(8, ge=1, description="Finished batches kept per task as history (K).")
     queue_policy: QueuePolicy = Field(QueuePolicy.EBF, description="Queue order: ebf or fcfs.")
     default_batch_span_s: float = Field(

@@ -41,6 +41,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
@@ -115,6 +116,12 @@ _TRANSIENT = {
 }  # fmt: skip
 
 
+# Cluster mode: the least time between two reads of the slot map after failures.
+TOPOLOGY_REFRESH_S = 0.25
+# Cluster mode: how long acknowledged writes to a primary that was short of replicas skip WAIT.
+SHORT_OF_REPLICAS_S = 5.0
+
+
 def num(x: float) -> str:
     return repr(float(x))
 
@@ -154,6 +161,8 @@ class RedisBase:
         self._work = Waker()
         self._results = Waker()
         self._lease_cache: OrderedDict[str, Lease] = OrderedDict()
+        self._topology_read_at = float("-inf")
+        self._short_of_replicas: dict[str, float] = {}  # cluster: primary -> skip WAIT until
         self._tasks = TaskRegistry()  # cluster mode: which task queues a lease reads
         self._lease_tasks: OrderedDict[str, str] = OrderedDict()  # cluster: lease id -> task
         self._lease_prefix = uuid.uuid4().hex[:16]
@@ -257,21 +266,45 @@ class RedisBase:
         try:
             return await fn()
         except ResponseError as exc:
-            raise self._translate(exc) from None
+            err = self._translate(exc)
+            if self.cluster and isinstance(err, errors.Unavailable):
+                await self._refresh_topology()
+            raise err from None
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            if self.cluster:
+                await self._refresh_topology()
             raise errors.Unavailable(f"redis unavailable: {exc}") from exc
         except (RedisError, RedisClusterException, RuntimeError) as exc:
             log.warning("redis call failed: %r", exc)
+            if self.cluster:
+                await self._refresh_topology()
             raise errors.Unavailable(f"redis unavailable: {type(exc).__name__}: {exc}") from exc
 
-    async def _run(self, name: str, keys: list[str], args: list[Any], seq: int = 0, bound: str = "") -> Any:
+    async def _refresh_topology(self) -> None:
+        """Cluster mode, after a failure: read the slot map again (at most every
+        ``TOPOLOGY_REFRESH_S``). redis-py does so for single commands; pipelines (the script
+        batcher, the lease's read of the heads) would otherwise keep sending a failed primary's
+        slots to it after its replica took over."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._topology_read_at < TOPOLOGY_REFRESH_S:
+            return
+        self._topology_read_at = loop.time()
+        with contextlib.suppress(Exception):  # still failing over: the next failure tries again
+            await self._r.nodes_manager.initialize()
+
+    async def _run(
+        self, name: str, keys: list[str], args: list[Any], seq: int = 0, bound: str = "", acked: bool = False
+    ) -> Any:
         """Run a script. Cluster mode passes ``seq`` (the arrival-sequence base of a submit) and
         ``bound`` (a lease's "score LF seq" limit) in front of ``args`` and appends the events
-        and span samples the script hands back (scripts.py) before returning its result."""
+        and span samples the script hands back (scripts.py) before returning its result; a
+        transition the caller is told succeeded (``acked``) waits for its replicas (``_replicated``)."""
         script = self._scripts[name]
         if self.cluster:
             args = [seq, bound, *args]
-        if self._batcher is not None:
+        if self.cluster and acked and self.settings.redis_wait_replicas > 0:
+            out = await self._call(lambda: self._replicated(script, keys, args))
+        elif self._batcher is not None:
             batcher = self._batcher
             out = await self._call(lambda: batcher.call(script, keys, args))
         else:
@@ -280,8 +313,46 @@ class RedisBase:
             return out
         result, events, spans = out
         if events or spans:
-            await self._call(lambda: self._append_global(events, spans))
+            try:
+                await self._call(lambda: self._append_global(events, spans))
+            except errors.Unavailable as exc:
+                # the transition itself stands: answering 503 would have the caller retry what
+                # already happened; the planner misses a hint and re-plans at its interval
+                log.warning("planner events lost (%s): %s", len(events), exc.message)
         return result
+
+    async def _replicated(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+        """The script, then ``WAIT replicas timeout`` on the same connection of the same primary
+        (one pipeline): WAIT counts the replicas that have this connection's writes so far. A
+        primary that dies after the reply cannot take the transition with it: its replica has it.
+        When fewer replicas answer in time (one is down or far behind) the transition stands and
+        a warning says it is only as durable as the primary's AOF."""
+        want, timeout_ms = self.settings.redis_wait_replicas, self.settings.redis_wait_timeout_ms
+        node = self._r.get_node_from_key(keys[0])
+        now = asyncio.get_running_loop().time()
+        if self._short_of_replicas.get(node.name, 0.0) > now:  # see below: do not wait in vain
+            return await script(keys=keys, args=args)
+        for command in ("EVALSHA", "EVAL"):  # EVAL (which also caches it) when the node lacks it
+            code = script.sha if command == "EVALSHA" else script.script
+            async with self._r.pipeline(transaction=False) as p:
+                p.execute_command(command, code, len(keys), *keys, *args)
+                p.execute_command("WAIT", want, timeout_ms, target_nodes=node)
+                out, acked = await p.execute(raise_on_error=False)
+            if not isinstance(out, NoScriptError):
+                break
+        if isinstance(out, BaseException):
+            raise out
+        if isinstance(acked, int) and acked < want:
+            # a primary without its replica (it failed, or this primary was promoted when its own
+            # primary died): every acknowledged write would wait the full timeout; for a while
+            # they do not wait at all, as durable as the primary's AOF, until a replica is back
+            self._short_of_replicas[node.name] = now + SHORT_OF_REPLICAS_S
+            log.warning(
+                "only %s of %s replicas of %s acknowledged a write within %s ms; not waiting for "
+                "them for %s s",
+                acked, want, node.name, timeout_ms, SHORT_OF_REPLICAS_S,
+            )  # fmt: skip
+        return out
 
     async def _known_tasks(self, fresh: bool = False) -> list[str]:
         """Cluster mode: the registered tasks (this process's copy, read again when stale)."""

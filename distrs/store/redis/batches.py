@@ -65,6 +65,7 @@ class BatchOps(RedisBase):
                 num(prior),
                 self._events_maxlen,
             ],
+            acked=True,
         )
         return self._batch_from_hash(pairs(out[1])), bool(out[0])
 

@@ -270,6 +270,7 @@ class LeaseOps(RedisBase):
                 k.work_channel(),
                 k.result_channel(),
             ],
+            acked=True,
         )
         return CompleteOutcome(request=self._request_from_hash(pairs(out[1])), batch_completed=bool(out[0]))
 
@@ -341,7 +342,7 @@ class LeaseOps(RedisBase):
             args += [it.lease_id, num(it.run_s), it.outcome, it.next_stage or ""]
             args.append(orjson.dumps(it.artifacts).decode() if it.artifacts is not None else "")
             args += list(self._result_args(it.next_stage, it.result))
-        rows = await self._run("complete_bundle", keys, args)
+        rows = await self._run("complete_bundle", keys, args, acked=True)
         out: list[CompleteOutcome | errors.StoreError] = []
         for row in rows:
             if row[0] == "ok":
