@@ -16,9 +16,10 @@ blackholed Service IP), which would otherwise wait for the kernel's SYN retries 
 
 Cluster mode (``connect_cluster``): redis-py's asyncio ``RedisCluster`` over the same socket
 options. The URL names any seed node; the client reads the topology from it (CLUSTER SLOTS) and
-afterwards follows the cluster, not the seed: a ``MOVED`` reply or a connection lost to a failed
-primary makes it refresh the slot map and retry (bounded, ``CLUSTER_RETRIES`` attempts with
-backoff), and what is still failing after that reaches the store as an error it answers 503.
+afterwards follows the cluster, not the seed: it follows ``MOVED``/``ASK`` redirections, and a
+``TRYAGAIN``, ``CLUSTERDOWN`` or a connection lost to a failed primary makes it read the slot map
+again and retry (bounded: ``CLUSTER_RETRIES`` retries with backoff); what still fails reaches
+the store as an error it answers 503 (the store also re-reads the slot map for its pipelines).
 
 Keepalive applies to TCP URLs (``redis://``, ``rediss://``); a ``unix://`` socket has no network
 in between and gets only the connect timeout.
