@@ -14,6 +14,14 @@ from typing import Annotated, Any
 
 import typer
 
+
+def _redis_mode(value: str | None) -> str | None:
+    """``--redis-mode``: standalone | cluster (checked here; the settings type is RedisMode)."""
+    if value is not None and value not in ("standalone", "cluster"):
+        raise typer.BadParameter(f"{value!r} is not one of standalone, cluster", param_hint="--redis-mode")
+    return value
+
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="DistRS: elastic reward service for RLVR.")
 
 
@@ -30,6 +38,15 @@ def up(
     port: Annotated[int, typer.Option(help="Port (0 = any free port).")] = 8000,
     redis: Annotated[
         str | None, typer.Option("--redis", help="Redis URL; default: in-process memory store.")
+    ] = None,
+    redis_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--redis-mode",
+            callback=_redis_mode,
+            help="standalone | cluster: Redis Cluster, --redis naming any seed node "
+            "(default: DISTRS_REDIS_MODE, else standalone).",
+        ),
     ] = None,
     insecure: Annotated[bool, typer.Option(help="No tokens needed (local demos only).")] = False,
     config: Annotated[
@@ -57,6 +74,7 @@ def up(
         host=host,
         port=port,
         redis_url=redis,
+        redis_mode=redis_mode,
         insecure=insecure,
         pipelines_file=config,
         policy=policy,
@@ -74,6 +92,15 @@ def proxy(
     redis: Annotated[
         str | None, typer.Option("--redis", help="Redis URL (default: DISTRS_REDIS_URL).")
     ] = None,
+    redis_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--redis-mode",
+            callback=_redis_mode,
+            help="standalone | cluster: Redis Cluster, --redis naming any seed node "
+            "(default: DISTRS_REDIS_MODE, else standalone).",
+        ),
+    ] = None,
     insecure: Annotated[bool, typer.Option(help="No tokens needed (local demos only).")] = False,
     config: Annotated[str | None, typer.Option("--config", help="Pipeline YAML.")] = None,
     log_level: LogLevel = "info",
@@ -87,7 +114,11 @@ def proxy(
 
     _setup_logging(log_level)
     overrides: dict[str, Any] = {
-        k: v for k, v in dict(host=host, port=port, redis_url=redis, pipelines_file=config).items() if v
+        k: v
+        for k, v in dict(
+            host=host, port=port, redis_url=redis, redis_mode=redis_mode, pipelines_file=config
+        ).items()
+        if v
     }
     if insecure:
         overrides["insecure"] = True
@@ -208,6 +239,15 @@ def planner(
     redis: Annotated[
         str | None, typer.Option("--redis", help="Redis URL (default: DISTRS_REDIS_URL).")
     ] = None,
+    redis_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--redis-mode",
+            callback=_redis_mode,
+            help="standalone | cluster: Redis Cluster, --redis naming any seed node "
+            "(default: DISTRS_REDIS_MODE, else standalone).",
+        ),
+    ] = None,
     policy: Annotated[str | None, typer.Option(help="distrs | history | static")] = None,
     actuator: Annotated[str | None, typer.Option(help="local | kubernetes")] = None,
     proxy: Annotated[str | None, typer.Option("--proxy", help="Proxy URL for local workers.")] = None,
@@ -218,7 +258,14 @@ def planner(
     from distrs.planner.process import run_planner
 
     _setup_logging(log_level)
-    run_planner(redis_url=redis, policy=policy, actuator=actuator, proxy_url=proxy, pipelines_file=config)
+    run_planner(
+        redis_url=redis,
+        redis_mode=redis_mode,
+        policy=policy,
+        actuator=actuator,
+        proxy_url=proxy,
+        pipelines_file=config,
+    )
 
 
 @app.command()

@@ -7,6 +7,7 @@ Every field can be set from the environment with the ``DISTRS_`` prefix (e.g.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field
@@ -15,12 +16,35 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from distrs.core.priority import QueuePolicy
 
 
+class RedisMode(StrEnum):
+    """How the Redis store runs: one primary, or Redis Cluster (docs/store.md, Cluster)."""
+
+    STANDALONE = "standalone"
+    CLUSTER = "cluster"
+
+
 class _Base(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DISTRS_", extra="ignore")
 
 
 class StoreSettings(_Base):
     redis_url: str | None = Field(None, description="Redis URL; unset means the in-process memory store.")
+    redis_mode: RedisMode = Field(
+        RedisMode.STANDALONE,
+        description="standalone: one Redis primary; cluster: Redis Cluster, redis_url naming any seed node "
+        "(redis://host:port, no db); keys are grouped per task so each script touches one slot "
+        "(docs/store.md, Cluster).",
+    )
+    redis_wait_replicas: int = Field(
+        1,
+        ge=0,
+        description="Cluster mode: replicas that must have a registration, submission or completion "
+        "(WAIT) before the caller is told it succeeded, so a failover loses none of them; 0 = do not "
+        "wait. After redis_wait_timeout_ms the call answers anyway and logs a warning.",
+    )
+    redis_wait_timeout_ms: int = Field(
+        500, ge=1, description="Cluster mode: the longest WAIT for replicas (redis_wait_replicas)."
+    )
     history_batches: int = Field(8, ge=1, description="Finished batches kept per task as history (K).")
     queue_policy: QueuePolicy = Field(QueuePolicy.EBF, description="Queue order: ebf or fcfs.")
     default_batch_span_s: float = Field(

@@ -92,6 +92,7 @@ async def serve(
     port: int = 8000,
     redis_url: str | None = None,
     insecure: bool = False,
+    redis_mode: str | None = None,
     pipelines_file: str | None = None,
     policy: str = "distrs",
     max_workers: int = 8,
@@ -114,6 +115,7 @@ async def serve(
             insecure=insecure,
             tokens=tokens or None,
             redis_url=redis_url or base.redis_url,
+            redis_mode=redis_mode or base.redis_mode,
             pipelines_file=pipelines_file or base.pipelines_file,
         )
     )
@@ -151,7 +153,11 @@ async def serve(
         stage_caps=caps,
     )
     psettings = PlannerSettings(
-        policy=policy, max_replicas=max_workers, redis_url=settings.redis_url, **(planner_overrides or {})
+        policy=policy,
+        max_replicas=max_workers,
+        redis_url=settings.redis_url,
+        redis_mode=settings.redis_mode,
+        **(planner_overrides or {}),
     )
     servable = {s for s, ts in ready.items() if ts}
     planner = Planner(

@@ -1,4 +1,4 @@
 """Shared pytest configuration: fixture plugins used across test directories. The rule for skips
 (tests/requirements.py) is installed for every test tree by the repository's root conftest.py."""
 
-pytest_plugins = ["tests.fixtures.redis_server"]
+pytest_plugins = ["tests.fixtures.redis_server", "tests.fixtures.redis_cluster"]

@@ -97,6 +97,7 @@ def serve_probes(port: int, metrics: Metrics, planner: dict[str, Planner]) -> Th
 
 def run_planner(
     redis_url: str | None = None,
+    redis_mode: str | None = None,
     policy: str | None = None,
     actuator: str | None = None,
     proxy_url: str | None = None,
@@ -104,7 +105,9 @@ def run_planner(
 ) -> None:
     overrides: dict[str, Any] = {
         k: v
-        for k, v in dict(redis_url=redis_url, policy=policy, actuator=actuator, proxy_url=proxy_url).items()
+        for k, v in dict(
+            redis_url=redis_url, redis_mode=redis_mode, policy=policy, actuator=actuator, proxy_url=proxy_url
+        ).items()
         if v
     }
     settings = PlannerSettings(**overrides)

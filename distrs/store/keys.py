@@ -30,9 +30,39 @@ Layout (``T`` = task, ``B`` = batch id, ``R`` = request id, ``S`` = stage, ``L``
     {ns}:events               stream   planner events (XADD ... MAXLEN ~)
     {ns}:chan:work            channel  PUBLISH "S\\ncount" when stage queue S gains count requests
     {ns}:chan:result          channel  PUBLISH batch key when a result of that batch lands
+
+Cluster mode (``DISTRS_REDIS_MODE=cluster``, ``Keys(ns, cluster=True)``). One hash tag for the
+whole deployment would put every key on one shard, so keys are grouped by what the scripts touch
+together:
+
+* **per task** ``{ns:t:T}`` (``T`` verbatim, the store's ``TENANT/TASK`` name; only ``%``,
+  ``{`` and ``}`` are escaped): owner, history, span, the task's batches with their companions,
+  its requests, and the task's own queue per stage ``{ns:t:T}:queue:S``. ``CLUSTER KEYSLOT
+  "{ns:t:alice/gsm8k}"`` names the slot, ``CLUSTER NODES`` its shard.
+* **per slot** ``{ns:s:i}``, a tag that hashes to the same slot as the task's tag (the smallest
+  such ``i``, ``slot_tags``): leases ``{..}:lease:L`` with the lease-expiry index
+  ``{..}:leases``, the active batches ``{..}:active`` and the stages that had work
+  ``{..}:stages``. A lease id starts with its slot (4 hex digits), so a heartbeat or completion,
+  which names only the lease, finds its keys; every task of one slot shares these, so a
+  completion or requeue script touches one slot whatever tasks it meets.
+* **global** ``{ns}``: ``seq`` (taken with INCRBY before a submit script and passed in, so queue
+  members still carry one deployment-wide arrival order), ``events``, ``spans`` and the task
+  registry ``tasks`` (task -> last registration time: which task queues a lease reads and which
+  slots the reaper and the snapshot visit). No script touches a global key in cluster mode:
+  the scripts hand their events and finished spans back, and the store appends them right
+  after (a proxy that dies in between loses planner hints, never work).
+
+A lease reads the heads of its stage's task queues (``ZRANGE q 0 0`` per task, pipelined per
+shard) and takes from the earliest by (T, arrival sequence): the same order one queue would
+give (docs/store.md, "Cluster").
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
+from itertools import count
+
+from redis.crc import key_slot
 
 DEFAULT_NAMESPACE = "distrs"
 
@@ -44,6 +74,29 @@ SEQ_WIDTH = 20
 EVENTS_MAXLEN = 100_000
 
 
+def _tag_part(value: str) -> str:
+    """Escape only what would end or confuse a hash tag, keeping task names readable."""
+    return value.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+@lru_cache(maxsize=8)
+def slot_tags(namespace: str) -> tuple[str, ...]:
+    """For every slot N, a hash tag ``{ns:s:i}`` that hashes to N: the smallest such ``i``.
+    Built once per namespace and process (about 170k CRC16 of short strings, well under a second;
+    the cluster store builds it when it starts)."""
+    tags: list[str | None] = [None] * 16384
+    missing = 16384
+    for i in count():
+        tag = f"{namespace}:s:{i}"
+        slot = key_slot(tag.encode())
+        if tags[slot] is None:
+            tags[slot] = "{" + tag + "}"
+            missing -= 1
+            if not missing:
+                return tuple(t or "" for t in tags)
+    raise AssertionError("unreachable")
+
+
 def _part(value: str) -> str:
     """Escape ``%`` and ``:`` inside a key component so ``a:b``+``c`` never equals ``a``+``b:c``."""
     return value.replace("%", "%25").replace(":", "%3A")
@@ -52,24 +105,55 @@ def _part(value: str) -> str:
 class Keys:
     """Key builders for one namespace."""
 
-    def __init__(self, namespace: str = DEFAULT_NAMESPACE) -> None:
+    def __init__(self, namespace: str = DEFAULT_NAMESPACE, cluster: bool = False) -> None:
         if not namespace or any(c in namespace for c in "{}\n"):
             raise ValueError(f"invalid Redis namespace {namespace!r}")
         self.ns = namespace
+        self.cluster = cluster
         self._p = "{" + namespace + "}"
+
+    # cluster grouping (every method below ignores ``slot``/``task`` in standalone mode)
+    def task_tag(self, task: str) -> str:
+        """The prefix of a task's own keys: ``{ns:t:T}`` (cluster) or ``{ns}`` (standalone)."""
+        return "{" + f"{self.ns}:t:{_tag_part(task)}" + "}" if self.cluster else self._p
+
+    def slot_of(self, task: str) -> int | None:
+        """The cluster slot of a task's keys (None in standalone mode)."""
+        return key_slot(self.task_tag(task).encode()) if self.cluster else None
+
+    def lease_slot(self, lease_id: str) -> int | None:
+        """The slot a lease id names in its first 4 hex digits (cluster mode; see module doc)."""
+        if not self.cluster:
+            return None
+        try:
+            return int(lease_id[:4], 16) % 16384
+        except ValueError:
+            return 0  # not one of ours: its keys do not exist, so it is an unknown lease
+
+    def _slot_p(self, slot: int | None) -> str:
+        return self._p if slot is None or not self.cluster else slot_tags(self.ns)[slot]
+
+    def tasks(self) -> str:
+        """Cluster registry: zset task -> last registration time."""
+        return f"{self._p}:tasks"
+
+    def unused(self, slot: int | None) -> str:
+        """A key in ``slot`` that no script writes: fills the script KEYS positions of the global
+        keys (events, seq, spans) in cluster mode, where the scripts hand those writes back."""
+        return f"{self._slot_p(slot)}:unused"
 
     # global
     def seq(self) -> str:
         return f"{self._p}:seq"
 
-    def stages(self) -> str:
-        return f"{self._p}:stages"
+    def stages(self, slot: int | None = None) -> str:
+        return f"{self._slot_p(slot)}:stages"
 
-    def leases(self) -> str:
-        return f"{self._p}:leases"
+    def leases(self, slot: int | None = None) -> str:
+        return f"{self._slot_p(slot)}:leases"
 
-    def active(self) -> str:
-        return f"{self._p}:active"
+    def active(self, slot: int | None = None) -> str:
+        return f"{self._slot_p(slot)}:active"
 
     def events(self) -> str:
         return f"{self._p}:events"
@@ -84,43 +168,53 @@ class Keys:
         return f"{self._p}:chan:result"
 
     # per task
+    def _t(self, kind: str, task: str, *rest: str) -> str:
+        if self.cluster:
+            return ":".join((self.task_tag(task), kind, *map(_part, rest)))
+        return ":".join((self._p, kind, _part(task), *map(_part, rest)))
+
     def owner(self, task: str) -> str:
-        return f"{self._p}:owner:{_part(task)}"
+        return self._t("owner", task)
 
     def history(self, task: str) -> str:
-        return f"{self._p}:history:{_part(task)}"
+        return self._t("history", task)
 
     def span(self, task: str) -> str:
-        return f"{self._p}:span:{_part(task)}"
+        return self._t("span", task)
 
     # per batch
     def batch(self, task: str, batch_id: str) -> str:
-        return f"{self._p}:batch:{_part(task)}:{_part(batch_id)}"
+        return self._t("batch", task, batch_id)
 
     def batch_members(self, task: str, batch_id: str) -> str:
-        return f"{self._p}:bmembers:{_part(task)}:{_part(batch_id)}"
+        return self._t("bmembers", task, batch_id)
 
     def batch_results(self, task: str, batch_id: str) -> str:
-        return f"{self._p}:bresults:{_part(task)}:{_part(batch_id)}"
+        return self._t("bresults", task, batch_id)
 
     def batch_queued(self, task: str, batch_id: str) -> str:
-        return f"{self._p}:bqueued:{_part(task)}:{_part(batch_id)}"
+        return self._t("bqueued", task, batch_id)
 
     def batch_profile(self, task: str, batch_id: str) -> str:
-        return f"{self._p}:bprofile:{_part(task)}:{_part(batch_id)}"
+        return self._t("bprofile", task, batch_id)
 
     # per request / stage / lease
     def request(self, task: str, request_id: str) -> str:
-        return f"{self._p}:req:{_part(task)}:{_part(request_id)}"
+        return self._t("req", task, request_id)
 
-    def queue(self, stage: str) -> str:
+    def queue(self, stage: str, task: str | None = None) -> str:
+        """The stage queue: one per stage (standalone), one per task and stage (cluster)."""
+        if self.cluster and task is not None:
+            return f"{self.task_tag(task)}:queue:{_part(stage)}"
         return f"{self._p}:queue:{_part(stage)}"
 
     def lease(self, lease_id: str) -> str:
-        return f"{self._p}:lease:{_part(lease_id)}"
+        return f"{self._slot_p(self.lease_slot(lease_id))}:lease:{_part(lease_id)}"
 
     def all_patterns(self) -> list[str]:
         """SCAN patterns covering every key of the namespace (ops tooling and tests)."""
+        if self.cluster:
+            return [f"{self._p}:*", "{" + f"{self.ns}:t:*", "{" + f"{self.ns}:s:*"]
         return [f"{self._p}:*"]
 
 

@@ -14,6 +14,13 @@ reconnect logic takes over. So a dead Redis connection is found within about
 ``socket_connect_timeout`` bounds a connect to an address that does not answer at all (a
 blackholed Service IP), which would otherwise wait for the kernel's SYN retries (~2 minutes).
 
+Cluster mode (``connect_cluster``): redis-py's asyncio ``RedisCluster`` over the same socket
+options. The URL names any seed node; the client reads the topology from it (CLUSTER SLOTS) and
+afterwards follows the cluster, not the seed: it follows ``MOVED``/``ASK`` redirections, and a
+``TRYAGAIN``, ``CLUSTERDOWN`` or a connection lost to a failed primary makes it read the slot map
+again and retry (bounded: ``CLUSTER_RETRIES`` retries with backoff); what still fails reaches
+the store as an error it answers 503 (the store also re-reads the slot map for its pipelines).
+
 Keepalive applies to TCP URLs (``redis://``, ``rediss://``); a ``unix://`` socket has no network
 in between and gets only the connect timeout.
 """
@@ -25,10 +32,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 
 from distrs.config import StoreSettings
 
 KEEPALIVE_PROBES = 3
+# Cluster: attempts per command across a failover or slot move, with backoff capped at 0.5 s, so
+# a call gives up (503) after about 2-3 s rather than hold a request for the whole failover.
+CLUSTER_RETRIES = 6
 HEALTH_CHECK_INTERVAL_S = 30
 
 
@@ -73,3 +86,17 @@ def connect(url: str, settings: StoreSettings) -> aioredis.Redis:
         **client_options(url, settings),
     )
     return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes both
+
+
+def connect_cluster(url: str, settings: StoreSettings) -> RedisCluster:
+    """A Redis Cluster client seeded by ``url``; the topology is read on first use. Its pools are
+    per node, ``redis_max_connections`` each (redis-py's cluster client has no blocking pool: a
+    call beyond them fails at once, which the store answers 503)."""
+    opts = client_options(url, settings)
+    return RedisCluster.from_url(
+        url,
+        **opts,
+        max_connections=settings.redis_max_connections,
+        socket_timeout=None,  # as standalone: XREAD BLOCK waits; keepalive finds dead peers
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), CLUSTER_RETRIES),
+    )

@@ -1,4 +1,4 @@
--- Shared helpers, prepended to every script at load time (see distrs/store/scripts.py).
+-- Shared helpers, prepended to every script at load time (see distrs/store/redis/scripts.py).
 -- Keys are never built here: they come in KEYS or are read from records (distrs/store/keys.py).
 
 local function fmt(x)
@@ -44,7 +44,13 @@ local function append_json(arr, item)
   return string.sub(arr, 1, -2) .. ',' .. item .. ']'
 end
 
+-- In cluster mode (CLUSTER set by the prelude, distrs/store/redis/scripts.py) the events stream
+-- lives in another slot: the event is handed back to the caller, which appends it.
 local function emit(events_key, maxlen, typ, ts, task, batch_id, data)
+  if CLUSTER then
+    CLUSTER.events[#CLUSTER.events + 1] = {typ, tostring(ts), task, batch_id, data}
+    return
+  end
   return redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*',
     'type', typ, 'ts', ts, 'task', task, 'batch_id', batch_id, 'data', data)
 end
@@ -105,9 +111,14 @@ local function complete_batch(bkey, now, ctx)
   redis.call('SET', b[12], fmt(tmax))
   if b[13] then
     -- every task's recent spans: the prior of a new task of the same type (core/history.py)
-    redis.call('LPUSH', b[13], '{"rt":' .. rt_json .. ',"at":' .. fmt(tonumber(now)) .. ',"span":'
-      .. fmt(tmax) .. '}')
-    redis.call('LTRIM', b[13], 0, 255)  -- SPAN_SAMPLES in core/history.py
+    local sample = '{"rt":' .. rt_json .. ',"at":' .. fmt(tonumber(now)) .. ',"span":' .. fmt(tmax)
+      .. '}'
+    if CLUSTER then  -- another slot: handed back like the events
+      CLUSTER.spans[#CLUSTER.spans + 1] = sample
+    else
+      redis.call('LPUSH', b[13], sample)
+      redis.call('LTRIM', b[13], 0, 255)  -- SPAN_SAMPLES in core/history.py
+    end
   end
   redis.call('HSET', bkey, 'completed_at', now, 'earliest_completion', fmt(earliest),
     'extra_delay_s', fmt(extra))
@@ -184,12 +195,29 @@ local function stage_record(stage, worker, queued_s, run_s, outcome)
     .. ',"outcome":' .. cjson.encode(outcome) .. '}'
 end
 
+-- Cluster mode: whether the head of qkey comes before CLUSTER.bound ("score LF seq"), the head
+-- of the next task queue in line (the lease reads every task queue's head and takes from the
+-- earliest; distrs/store/redis/cluster.py). Same order as one queue: (score, arrival seq).
+local function before_bound(qkey)
+  local h = redis.call('ZRANGE', qkey, 0, 0, 'WITHSCORES')
+  if #h == 0 then
+    return true  -- empty: take_head finds nothing anyway
+  end
+  local nl = string.find(CLUSTER.bound, '\n', 1, true)
+  local bscore, bseq = tonumber(string.sub(CLUSTER.bound, 1, nl - 1)), string.sub(CLUSTER.bound, nl + 1)
+  local score = tonumber(h[2])
+  return score < bscore or (score == bscore and string.sub(h[1], 1, 20) <= bseq)
+end
+
 -- Take the head of a stage queue for a worker until now + ttl (lease.lua, lease_bundle.lua).
 -- Returns false when the queue is empty, else {request_id, task, batch_id, reward_type, payload,
 -- artifacts, attempt, deadline}.
 local function take_head(qkey, leases_key, lkey, now, ttl, worker, lease_id, stage, holder)
   now = tonumber(now)
   while true do
+    if CLUSTER and CLUSTER.bound ~= '' and not before_bound(qkey) then
+      return false
+    end
     local head = redis.call('ZPOPMIN', qkey, 1)
     if #head == 0 then
       return false

@@ -52,7 +52,9 @@ end
 local total = 0
 for g = 1, ngroups do total = total + groups[g].new end
 local seq = 0
-if total > 0 then
+if CLUSTER then
+  seq = tonumber(CLUSTER.seq)  -- taken by the caller from the global counter (another slot)
+elseif total > 0 then
   seq = redis.call('INCRBY', KEYS[1], total) - total
 end
 local flags = {}

@@ -1,7 +1,9 @@
-"""One conformance suite for every QueueStore: memory and Redis must behave identically.
+"""One conformance suite for every QueueStore: memory, Redis and Redis Cluster must behave
+identically.
 
 Each test runs once per implementation (``store`` is parametrized). The Redis runs use a real
-``redis-server`` (tests/fixtures/redis_server.py) and a fresh key namespace per test. All times
+``redis-server`` (tests/fixtures/redis_server.py), the cluster runs a real 3-primary, 3-replica
+Redis Cluster (tests/fixtures/redis_cluster.py), each with a fresh key namespace per test. All times
 are passed in, so nothing here sleeps except the wake-up tests, which wait well under a second.
 """
 
@@ -35,16 +37,24 @@ SPAN = 600.0
 MakeStore = Callable[..., Awaitable[QueueStore]]
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def backend(request: pytest.FixtureRequest) -> str | None:
-    """None for memory, else the URL of the session's redis-server."""
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("cluster", marks=pytest.mark.redis),
+    ]
+)
+def backend(request: pytest.FixtureRequest) -> tuple[str, str] | None:
+    """None for memory, else (redis mode, the URL of the session's redis-server or a cluster seed)."""
     if request.param == "memory":
         return None
-    return str(request.getfixturevalue("redis_server").url)
+    if request.param == "cluster":
+        return "cluster", str(request.getfixturevalue("redis_cluster").url)
+    return "standalone", str(request.getfixturevalue("redis_server").url)
 
 
 @pytest.fixture
-async def make_store(backend: str | None) -> AsyncIterator[MakeStore]:
+async def make_store(backend: tuple[str, str] | None) -> AsyncIterator[MakeStore]:
     made: list[QueueStore] = []
 
     async def make(
@@ -54,16 +64,18 @@ async def make_store(backend: str | None) -> AsyncIterator[MakeStore]:
         if backend is None:
             store = MemoryStore(policy=policy, history_batches=history_batches, default_batch_span_s=SPAN)
         else:
+            mode, url = backend
             settings = StoreSettings.model_validate(
                 {
-                    "redis_url": backend,
+                    "redis_url": url,
+                    "redis_mode": mode,
                     "queue_policy": policy,
                     "history_batches": history_batches,
                     "default_batch_span_s": SPAN,
                 }
             )
             store = RedisStore.from_url(
-                backend, settings, namespace=f"t-{uuid.uuid4().hex[:12]}", wake_poll_s=wake_poll_s
+                url, settings, namespace=f"t-{uuid.uuid4().hex[:12]}", wake_poll_s=wake_poll_s
             )
         await store.start()
         made.append(store)

@@ -1,0 +1,161 @@
+"""Cluster-only store behaviour on a real 3-primary, 3-replica Redis Cluster
+(tests/fixtures/redis_cluster.py): where a task's keys live, EBF order across shards, totals over
+all shards (snapshot and ``/v1/stats``). The contract itself runs in test_store_conformance.py.
+
+Task names are chosen by the shard their hash tag lands on (``primary_of``), so "another shard"
+is a fact of the running cluster, not an assumption about CRC16.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from redis.crc import key_slot
+
+from distrs.config import ProxySettings, StoreSettings
+from distrs.core.model import BatchInfo, Result, Status
+from distrs.proxy.app import create_app
+from distrs.store.base import CompleteOutcome, CompletionItem, NewRequest
+from distrs.store.errors import UnknownLease
+from distrs.store.keys import Keys
+from distrs.store.redis import RedisStore
+from tests.fixtures.redis_cluster import RedisCluster, command
+
+pytestmark = pytest.mark.redis
+
+
+def _settings(url: str, **kw: object) -> StoreSettings:
+    return StoreSettings.model_validate(
+        {"redis_url": url, "redis_mode": "cluster", "default_batch_span_s": 600, **kw}
+    )
+
+
+@pytest.fixture
+async def store(redis_cluster: RedisCluster) -> AsyncIterator[RedisStore]:
+    s = RedisStore.from_url(
+        redis_cluster.url, _settings(redis_cluster.url), namespace=f"c-{uuid.uuid4().hex[:10]}"
+    )
+    await s.start()
+    yield s
+    await s.flush_namespace()
+    await s.close()
+
+
+def tasks_on_distinct_primaries(cluster: RedisCluster, keys: Keys, n: int = 3) -> list[str]:
+    """``n`` task names (``tenant/task``) whose keys live on ``n`` different primaries."""
+    picked: dict[int, str] = {}
+    for i in range(1000):
+        task = f"alice/task-{i}"
+        primary = cluster.primary_of(key_slot(keys.task_tag(task).encode()))
+        picked.setdefault(primary, task)
+        if len(picked) == n:
+            return list(picked.values())
+    raise AssertionError("no tasks on distinct primaries")
+
+
+def req(task: str, batch: str, rid: str) -> NewRequest:
+    return NewRequest(
+        tenant="alice", task=task, batch_id=batch, request_id=rid, reward_type="synthetic",
+        first_stage="compile", payload={"rid": rid},
+    )  # fmt: skip
+
+
+async def test_a_tasks_keys_share_the_slot_its_verbatim_tag_names(
+    store: RedisStore, redis_cluster: RedisCluster
+) -> None:
+    task = "alice/gsm8k:v2"
+    await store.register_batch(BatchInfo(tenant="alice", task=task, batch_id="b", size=2), 100.0)
+    await store.submit([req(task, "b", "r1"), req(task, "b", "r2")], 101.0)
+    lease = await store.lease("compile", "w", 102.0, 30.0)
+    assert lease is not None
+    await store.complete(lease.lease_id, "w", 103.0, 1.0, "execute", {"bin": "x"}, None, "next")
+    tag = "{" + f"{store.keys.ns}:t:{task}" + "}"  # the task name verbatim, tenant included
+    slot = int(command(redis_cluster.nodes[0].port, "CLUSTER", "KEYSLOT", tag))
+    port = redis_cluster.primary_of(slot)
+    found = command(port, "--scan", "--pattern", f"*{store.keys.ns}*").split()
+    task_keys = [k for k in found if k.startswith(tag)]
+    assert any(":batch:" in k for k in task_keys) and any(":req:" in k for k in task_keys)
+    assert any(k.endswith(":queue:execute") for k in task_keys)
+    # every key of the task (its lease and lease index included) is in that one slot
+    lease2 = await store.lease("execute", "w", 104.0, 30.0)
+    assert lease2 is not None
+    for key in [*task_keys, store.keys.lease(lease2.lease_id), store.keys.leases(slot)]:
+        assert key_slot(key.encode()) == slot, key
+
+
+async def test_an_earlier_batch_on_one_shard_is_served_before_later_ones_on_others(
+    store: RedisStore, redis_cluster: RedisCluster
+) -> None:
+    late, early, middle = tasks_on_distinct_primaries(redis_cluster, store.keys)
+    # estimated completion T = anchor + 600 s: late 700, middle 650, early 610
+    for task, anchor in ((late, 100.0), (middle, 50.0), (early, 10.0)):
+        await store.register_batch(
+            BatchInfo(tenant="alice", task=task, batch_id="b", size=3, rollout_started_at=anchor), 100.0
+        )
+    # submitted latest-T first: arrival order is the opposite of EBF order
+    for task in (late, middle, early):
+        await store.submit([req(task, "b", f"{task}#{i}") for i in range(3)], 101.0)
+    order = []
+    while (lease := await store.lease("compile", "w", 102.0, 30.0)) is not None:
+        order.append(lease.request_id)
+    assert order == [f"{t}#{i}" for t in (early, middle, late) for i in range(3)]
+
+
+async def test_a_bundle_takes_across_shards_in_ebf_order(
+    store: RedisStore, redis_cluster: RedisCluster
+) -> None:
+    late, early, middle = tasks_on_distinct_primaries(redis_cluster, store.keys)
+    for task, anchor in ((late, 100.0), (middle, 50.0), (early, 10.0)):
+        await store.register_batch(
+            BatchInfo(tenant="alice", task=task, batch_id="b", size=2, rollout_started_at=anchor), 100.0
+        )
+        await store.submit([req(task, "b", f"{task}#{i}") for i in range(2)], 101.0)
+    bundle = await store.lease_many("compile", "w", 102.0, 30.0, k=5)
+    assert [x.request_id for x in bundle] == [
+        f"{early}#0",
+        f"{early}#1",
+        f"{middle}#0",
+        f"{middle}#1",
+        f"{late}#0",
+    ]
+    # leases of three slots in one call: each lands, answered in the caller's order
+    items = [
+        CompletionItem(lease_id=x.lease_id, result=Result(request_id="", status=Status.OK)) for x in bundle
+    ]
+    outs = await store.complete_many(items, "w", 103.0)
+    assert [o.request.request_id for o in outs if isinstance(o, CompleteOutcome)] == [
+        x.request_id for x in bundle
+    ]
+    beats = await store.heartbeat_many([x.lease_id for x in bundle], "w", 104.0, 30.0)
+    assert all(isinstance(b, UnknownLease) for b in beats)  # finished: unknown in every slot
+    assert [r.request_id for r in await store.batch_results(early, "b")] == [f"{early}#0", f"{early}#1"]
+
+
+async def test_snapshot_and_stats_total_over_all_shards(
+    store: RedisStore, redis_cluster: RedisCluster
+) -> None:
+    tasks = tasks_on_distinct_primaries(redis_cluster, store.keys)
+    for n, task in enumerate(tasks, start=1):
+        await store.register_batch(BatchInfo(tenant="alice", task=task, batch_id="b", size=n + 1), 100.0)
+        await store.submit([req(task, "b", f"r{i}") for i in range(n + 1)], 101.0)  # 2 + 3 + 4
+    leased = await store.lease_many("compile", "w", 102.0, 30.0, k=4)
+    assert len(leased) == 4
+    snap = await store.snapshot(103.0)
+    assert snap.queue_depth == {"compile": 9 - 4}
+    assert snap.running == {"compile": 4}
+    assert sorted(b.batch.task for b in snap.batches) == sorted(tasks)
+    assert sum(sum(b.queued.values()) for b in snap.batches) == 5
+
+    settings = ProxySettings(tokens="ad:admin", redis_url=redis_cluster.url, redis_mode="cluster")
+    app = create_app(settings, store=store, clock=lambda: 103.0)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://proxy", headers={"Authorization": "Bearer ad"}
+    ) as admin:
+        stats = (await admin.get("/v1/stats")).json()
+    assert stats["queues"] == {"compile": 5}
+    assert stats["running"] == {"compile": 4}
+    assert len(stats["active_batches"]) == 3
