@@ -24,6 +24,11 @@ Semantics every implementation must keep:
   fencing are the single lease's, per request.
 * When the last request of a batch ends, the batch is complete: its profile joins the task's
   history (last K batches) and a ``batch_completed`` event is appended.
+* Usage per tenant (``tenant_usage``): requests submitted but not finished, and the JSON bytes of
+  finished results still kept (they leave with their batch after ``result_ttl_s``). The proxy
+  enforces quotas on it; an implementation may count approximately on the fast path, but with
+  ``exact=True`` it recounts from the records themselves, and a quota refusal is decided only
+  on an exact count (docs/store.md, "Quotas").
 * All times are passed in (``now``); the store never reads a clock for decisions.
 """
 
@@ -104,6 +109,15 @@ class CompletionItem(BaseModel):
     artifacts: dict[str, str] | None = None
     result: Result | None = None
     outcome: str = "final"
+
+
+class TenantUsage(BaseModel):
+    """What one tenant holds in the store (``QueueStore.tenant_usage``)."""
+
+    queued: int = 0  # submitted, not yet finished (queued or running)
+    result_bytes: int = 0  # JSON bytes of its finished results still kept
+    # when the earliest of its kept results expires (None: none will before its batch completes)
+    next_expiry: float | None = None
 
 
 class QueueStore(Protocol):
@@ -214,6 +228,11 @@ class QueueStore(Protocol):
 
     async def events(self, after: str, timeout_s: float, count: int = 100) -> list[Event]:
         """Events after id ``after`` ("0" for all), waiting up to ``timeout_s`` for one."""
+        ...
+
+    async def tenant_usage(self, tenant: str, now: float, exact: bool = False) -> TenantUsage:
+        """``tenant``'s usage at ``now``. Without ``exact`` it may be read from counters that a
+        crash can leave off (docs/store.md, "Quotas"); with it, recounted from the records."""
         ...
 
     async def snapshot(self, now: float, finished_types: Collection[str] = ()) -> Snapshot:

@@ -30,6 +30,10 @@ Layout (``T`` = task, ``B`` = batch id, ``R`` = request id, ``S`` = stage, ``L``
     {ns}:events               stream   planner events (XADD ... MAXLEN ~)
     {ns}:chan:work            channel  PUBLISH "S\\ncount" when stage queue S gains count requests
     {ns}:chan:result          channel  PUBLISH batch key when a result of that batch lands
+    {ns}:uqueued:N            hash     tenant N's usage: batch key -> requests not yet finished
+    {ns}:ubytes:N             hash     tenant N's usage: batch key -> JSON bytes of its results
+    {ns}:uexpiry:N            zset     tenant N's batches with results -> when they expire
+                                       (+inf until the batch completes); see store/redis/usage.py
 
 Cluster mode (``DISTRS_REDIS_MODE=cluster``, ``Keys(ns, cluster=True)``). One hash tag for the
 whole deployment would put every key on one shard, so keys are grouped by what the scripts touch
@@ -45,6 +49,9 @@ together:
   ``{..}:stages``. A lease id starts with its slot (4 hex digits), so a heartbeat or completion,
   which names only the lease, finds its keys; every task of one slot shares these, so a
   completion or requeue script touches one slot whatever tasks it meets.
+* **per tenant** ``{ns:u:N}``: the tenant's usage counters (``uqueued``, ``ubytes``,
+  ``uexpiry``), written by the store's Python code after the script that changed the state, so
+  they never have to share a slot with a task.
 * **global** ``{ns}``: ``seq`` (taken with INCRBY before a submit script and passed in, so queue
   members still carry one deployment-wide arrival order), ``events``, ``spans`` and the task
   registry ``tasks`` (task -> last registration time: which task queues a lease reads and which
@@ -167,6 +174,21 @@ class Keys:
     def result_channel(self) -> str:
         return f"{self._p}:chan:result"
 
+    # per tenant (usage accounting, store/redis/usage.py)
+    def _u(self, kind: str, tenant: str) -> str:
+        if self.cluster:
+            return "{" + f"{self.ns}:u:{_tag_part(tenant)}" + "}:" + kind
+        return f"{self._p}:{kind}:{_part(tenant)}"
+
+    def usage_queued(self, tenant: str) -> str:
+        return self._u("uqueued", tenant)
+
+    def usage_bytes(self, tenant: str) -> str:
+        return self._u("ubytes", tenant)
+
+    def usage_expiry(self, tenant: str) -> str:
+        return self._u("uexpiry", tenant)
+
     # per task
     def _t(self, kind: str, task: str, *rest: str) -> str:
         if self.cluster:
@@ -214,7 +236,7 @@ class Keys:
     def all_patterns(self) -> list[str]:
         """SCAN patterns covering every key of the namespace (ops tooling and tests)."""
         if self.cluster:
-            return [f"{self._p}:*", "{" + f"{self.ns}:t:*", "{" + f"{self.ns}:s:*"]
+            return [f"{self._p}:*", "{" + f"{self.ns}:t:*", "{" + f"{self.ns}:s:*", "{" + f"{self.ns}:u:*"]
         return [f"{self._p}:*"]
 
 

@@ -31,6 +31,7 @@ from distrs.store.base import (
     NewRequest,
     Snapshot,
     SubmitOutcome,
+    TenantUsage,
 )
 from distrs.store.errors import (
     BatchConflict,
@@ -61,6 +62,7 @@ class MemoryStore:
         self.default_batch_span_s = default_batch_span_s
         self._batches: dict[tuple[str, str], BatchInfo] = {}
         self._batch_requests: dict[tuple[str, str], list[str]] = {}
+        self._result_bytes: dict[tuple[str, str], int] = {}  # per batch: JSON bytes of its results
         self._task_owner: dict[str, str] = {}
         self._requests: dict[tuple[str, str], RequestRecord] = {}
         self._queues: dict[str, list[_HeapItem]] = {}
@@ -112,6 +114,7 @@ class MemoryStore:
             for rid in self._batch_requests.pop(key, []):
                 self._requests.pop((key[0], rid), None)
             del self._batches[key]
+            self._result_bytes.pop(key, None)
 
     async def register_batch(self, batch: BatchInfo, now: float) -> tuple[BatchInfo, bool]:
         self._prune(now)
@@ -305,6 +308,7 @@ class MemoryStore:
         rec.artifacts = {}
         rec.result = result.model_copy(update={"request_id": rec.request_id, "stages": list(rec.stages)})
         key = (rec.task, rec.batch_id)
+        self._result_bytes[key] = self._result_bytes.get(key, 0) + len(rec.result.model_dump_json())
         batch = self._batches[key]
         batch.done += 1
         self._notify.notify(("batch", *key))
@@ -416,6 +420,20 @@ class MemoryStore:
             await self._notify.wait("events", timeout_s)
             got = pending()
         return got
+
+    async def tenant_usage(self, tenant: str, now: float, exact: bool = False) -> TenantUsage:
+        self._prune(now)  # always exact here: counted from the batches themselves
+        out = TenantUsage()
+        for key, b in self._batches.items():
+            if b.tenant != tenant:
+                continue
+            out.queued += b.submitted - b.done
+            if self._result_bytes.get(key):
+                out.result_bytes += self._result_bytes[key]
+                if b.completed_at is not None:
+                    expiry = b.completed_at + self.result_ttl_s
+                    out.next_expiry = expiry if out.next_expiry is None else min(out.next_expiry, expiry)
+        return out
 
     async def snapshot(self, now: float, finished_types: Collection[str] = ()) -> Snapshot:
         snap = Snapshot(now=now)

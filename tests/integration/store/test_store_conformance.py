@@ -825,3 +825,78 @@ async def test_bundle_max_attempts_count_per_request(store: QueueStore) -> None:
     r2 = await store.get_request("t", "r2")
     assert r2 is not None and r2.result is not None and r2.result.status is Status.INTERNAL_ERROR
     assert [x.request_id for x in await store.lease_many("compile", "w", 115.0, 5.0, 2)] == ["r1"]
+
+
+# usage per tenant (quotas) -----------------------------------------------------------------------
+
+TTL = StoreSettings.model_validate({}).result_ttl_s
+
+
+def alice(rid: str, batch: str = "b") -> NewRequest:
+    return req(rid, task="alice/t", batch=batch, tenant="alice")
+
+
+async def test_tenant_usage_counts_unfinished_requests_and_kept_result_bytes(store: QueueStore) -> None:
+    await store.register_batch(BatchInfo(tenant="alice", task="alice/t", batch_id="b", size=3), 100.0)
+    await store.register_batch(BatchInfo(tenant="bob", task="bob/t", batch_id="b", size=1), 100.0)
+    await store.submit([alice("r1"), alice("r2"), alice("r3")], 101.0)
+    await store.submit([alice("r1")], 101.5)  # a duplicate counts nothing
+    for exact in (False, True):
+        u = await store.tenant_usage("alice", 102.0, exact=exact)
+        assert (u.queued, u.result_bytes, u.next_expiry) == (3, 0, None)
+    assert (await store.tenant_usage("bob", 102.0)).queued == 0  # registered, nothing submitted
+    await store.submit([req("x", task="bob/t", tenant="bob", stage="other")], 102.0)
+    assert (await store.tenant_usage("bob", 102.0)).queued == 1
+    assert (await store.tenant_usage("nobody", 102.0)).queued == 0
+
+    one = await store.lease("compile", "w", 103.0, 30.0)
+    assert one is not None
+    await store.complete(one.lease_id, "w", 104.0, 1.0, None, None, ok(one.request_id, 0.5), "final")
+    u = await store.tenant_usage("alice", 104.0)
+    sizes = [len(r.model_dump_json()) for r in await store.batch_results("alice/t", "b")]
+    assert (u.queued, u.result_bytes, u.next_expiry) == (2, sum(sizes), None)  # batch still running
+
+    two = await store.lease_many("compile", "w", 105.0, 30.0, k=2)
+    assert len(two) == 2
+    items = [CompletionItem(lease_id=x.lease_id, run_s=1.0, result=ok(x.request_id)) for x in two]
+    await store.complete_many(items, "w", 106.0)
+    sizes = [len(r.model_dump_json()) for r in await store.batch_results("alice/t", "b")]
+    for exact in (False, True):
+        u = await store.tenant_usage("alice", 107.0, exact=exact)
+        assert (u.queued, u.result_bytes) == (0, sum(sizes))
+        assert u.next_expiry == pytest.approx(106.0 + TTL)  # kept result_ttl_s after completion
+    assert (await store.tenant_usage("bob", 107.0)).result_bytes == 0  # tenants never mix
+    # past the batch's expiry its results stop counting
+    gone = await store.tenant_usage("alice", 106.0 + TTL + 1.0)
+    assert (gone.queued, gone.result_bytes, gone.next_expiry) == (0, 0, None)
+
+
+async def test_tenant_usage_counts_a_request_ended_by_lease_expiry(store: QueueStore) -> None:
+    await store.register_batch(BatchInfo(tenant="alice", task="alice/t", batch_id="b", size=2), 100.0)
+    await store.submit([alice("r1"), alice("r2")], 101.0)
+    first = await store.lease("compile", "w", 102.0, 3.0)
+    assert first is not None
+    assert await store.requeue_expired(110.0, max_attempts=1) == [(first.request_id, "compile")]
+    u = await store.tenant_usage("alice", 110.0)
+    [ended] = await store.batch_results("alice/t", "b")
+    assert ended.status is Status.INTERNAL_ERROR
+    assert (u.queued, u.result_bytes) == (1, len(ended.model_dump_json()))
+    # the last request of the batch ended by the reaper: the batch completes there
+    second = await store.lease("compile", "w", 111.0, 3.0)
+    assert second is not None
+    assert await store.requeue_expired(120.0, max_attempts=1) == [(second.request_id, "compile")]
+    u = await store.tenant_usage("alice", 120.0, exact=True)
+    sizes = [len(r.model_dump_json()) for r in await store.batch_results("alice/t", "b")]
+    assert (u.queued, u.result_bytes, u.next_expiry) == (0, sum(sizes), pytest.approx(120.0 + TTL))
+
+
+async def test_tenant_usage_exact_repairs_counters_a_crash_left_off(store: QueueStore) -> None:
+    """A process that dies between a script and its counter update leaves the counters off; the
+    exact count reads the batch records instead and repairs them (memory counts exactly always)."""
+    await store.register_batch(BatchInfo(tenant="alice", task="alice/t", batch_id="b", size=2), 100.0)
+    await store.submit([alice("r1"), alice("r2")], 101.0)
+    if isinstance(store, RedisStore):  # as if a completion's decrement had been lost: +5 too many
+        await store._r.hincrby(store.keys.usage_queued("alice"), store.keys.batch("alice/t", "b"), 5)
+        assert (await store.tenant_usage("alice", 102.0)).queued == 7
+    assert (await store.tenant_usage("alice", 102.0, exact=True)).queued == 2
+    assert (await store.tenant_usage("alice", 102.0)).queued == 2  # repaired for the fast path too

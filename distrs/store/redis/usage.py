@@ -1,0 +1,263 @@
+"""Per-tenant usage in Redis: requests not yet finished and bytes of kept results, the figures
+the proxy's quotas are checked against.
+
+The counters live under the tenant's own hash tag (``keys.usage_*``), so they never share a slot
+with a task and no Lua script has to touch them: the store's Python code updates them right after
+the script that changed the state succeeded (a submission: + its accepted requests; a final
+result, from a completion, a bundle or an expiry past ``max_attempts``: - 1 and + its bytes; a
+batch completing: its queued entry goes and its results' expiry is set). Every figure is kept per
+batch, so whatever a batch left behind leaves with it.
+
+A process that dies between a script and its counter update leaves a counter off by that
+change. ``tenant_usage(exact=True)`` recounts from the batch records the scripts keep
+atomically (``submitted - done`` of each counted batch, its ``completed_at``) and repairs the
+counters, and the proxy refuses a submission only on such an exact count: a stale counter can let
+a tenant past its quota by what was lost, never block it wrongly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from distrs.core.model import RequestRecord, RequestState, Result
+from distrs.store.base import CompleteOutcome, CompletionItem, NewRequest, SubmitOutcome, TenantUsage
+from distrs.store.errors import StoreError
+from distrs.store.redis.base import RedisBase, num
+from distrs.store.redis.batches import BatchOps
+from distrs.store.redis.leases import LeaseOps
+
+_INF = "+inf"
+
+
+class UsageOps(BatchOps, LeaseOps, RedisBase):
+    """``tenant_usage`` (QueueStore), and the counter updates around submit, complete(_many) and
+    requeue_expired (their state changes are the other mixins')."""
+
+    async def submit(self, requests: list[NewRequest], now: float) -> SubmitOutcome:
+        out = await super().submit(requests, now)
+        if out.accepted:
+            accepted = set(out.accepted)
+            per_batch: dict[tuple[str, str], int] = {}
+            for r in requests:
+                if r.request_id in accepted:
+                    key = (r.tenant, self.keys.batch(r.task, r.batch_id))
+                    per_batch[key] = per_batch.get(key, 0) + 1
+                    accepted.discard(r.request_id)  # a request id counts once per call
+
+            async def count() -> None:
+                async with self._r.pipeline(transaction=False) as p:
+                    for (tenant, bkey), n in per_batch.items():
+                        p.hincrby(self.keys.usage_queued(tenant), bkey, n)
+                    await p.execute()
+
+            await self._call(count)
+        return out
+
+    async def complete(
+        self,
+        lease_id: str,
+        holder: str,
+        now: float,
+        run_s: float,
+        next_stage: str | None,
+        artifacts: dict[str, str] | None,
+        result: Result | None,
+        outcome: str,
+    ) -> CompleteOutcome:
+        out = await super().complete(lease_id, holder, now, run_s, next_stage, artifacts, result, outcome)
+        await self._count_finished([(out.request, out.batch_completed)], now)
+        return out
+
+    async def complete_many(
+        self, items: Sequence[CompletionItem], holder: str, now: float
+    ) -> list[CompleteOutcome | StoreError]:
+        outs = await super().complete_many(items, holder, now)
+        await self._count_finished(
+            [(o.request, o.batch_completed) for o in outs if isinstance(o, CompleteOutcome)], now
+        )
+        return outs
+
+    async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
+        # Which expired leases end their request (attempts >= max_attempts) is read before the
+        # requeue; the script reports which leases it handled, and only those count.
+        ending = await self._expiring_finals(now, max_attempts)
+        out = await super().requeue_expired(now, max_attempts)
+        handled = {rid for rid, _ in out}
+        reqkeys = [rk for rid, rk in ending if rid in handled]
+        if reqkeys:
+
+            async def read() -> list[Any]:
+                async with self._r.pipeline(transaction=False) as p:
+                    for rk in reqkeys:
+                        p.hgetall(rk)
+                    return list(await p.execute())
+
+            rows = await self._call(read)
+            recs = [self._request_from_hash(h) for h in rows if h]
+            done = [r for r in recs if r.state is RequestState.DONE]
+            completed = await self._completed_batches(done)
+            await self._count_finished(
+                [(r, (r.task, r.batch_id) in completed) for r in done], now, known_completion=completed
+            )
+        return out
+
+    async def _expiring_finals(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
+        """(request id, request key) of each expired lease whose requeue will end its request."""
+        k = self.keys
+        if self.cluster:
+            slots = sorted({s for t in await self._known_tasks() if (s := k.slot_of(t)) is not None})
+            index_keys = [k.leases(s) for s in slots]
+        else:
+            index_keys = [k.leases()]
+
+        async def read() -> list[tuple[str, str]]:
+            async with self._r.pipeline(transaction=False) as p:
+                for ik in index_keys:
+                    p.zrangebyscore(ik, "-inf", f"({num(now)}")
+                lkeys = [lk for rows in await p.execute() for lk in rows]
+            if not lkeys:
+                return []
+            async with self._r.pipeline(transaction=False) as p:
+                for lk in lkeys:
+                    p.hmget(lk, "k_req", "request_id")
+                leases = await p.execute()
+            live = [(lk, rk, rid) for lk, (rk, rid) in zip(lkeys, leases, strict=True) if rk]
+            async with self._r.pipeline(transaction=False) as p:
+                for _, rk, _ in live:
+                    p.hmget(rk, "state", "lease", "attempts")
+                reqs = await p.execute()
+            return [
+                (rid, rk)
+                for (lk, rk, rid), (state, lease, attempts) in zip(live, reqs, strict=True)
+                if state == "running" and lease == lk and int(attempts or 0) >= max_attempts
+            ]
+
+        return await self._call(read)
+
+    async def _completed_batches(self, recs: Iterable[RequestRecord]) -> dict[tuple[str, str], float]:
+        """(task, batch id) -> completed_at of those of ``recs``' batches that are complete."""
+        pairs = sorted({(r.task, r.batch_id) for r in recs})
+        if not pairs:
+            return {}
+
+        async def read() -> list[Any]:
+            async with self._r.pipeline(transaction=False) as p:
+                for task, batch_id in pairs:
+                    p.hget(self.keys.batch(task, batch_id), "completed_at")
+                return list(await p.execute())
+
+        got = await self._call(read)
+        return {pair: float(v) for pair, v in zip(pairs, got, strict=True) if v}
+
+    async def _count_finished(
+        self,
+        finished: Sequence[tuple[RequestRecord, bool]],
+        now: float,
+        known_completion: dict[tuple[str, str], float] | None = None,
+    ) -> None:
+        """Count the final results among ``finished`` (request, its batch completed with it)."""
+        rows = [(r, c) for r, c in finished if r.state is RequestState.DONE and r.result is not None]
+        if not rows:
+            return
+        k, ttl = self.keys, self.settings.result_ttl_s
+        known = known_completion or {}
+
+        async def count() -> None:
+            async with self._r.pipeline(transaction=False) as p:
+                for rec, completed in rows:
+                    assert rec.result is not None
+                    bkey = k.batch(rec.task, rec.batch_id)
+                    size = len(rec.result.model_dump_json())
+                    p.hincrby(k.usage_queued(rec.tenant), bkey, -1)
+                    p.hincrby(k.usage_bytes(rec.tenant), bkey, size)
+                    p.zadd(k.usage_expiry(rec.tenant), {bkey: math.inf}, nx=True)
+                    if completed:
+                        at = known.get((rec.task, rec.batch_id), now)
+                        p.hdel(k.usage_queued(rec.tenant), bkey)
+                        p.zadd(k.usage_expiry(rec.tenant), {bkey: at + ttl})
+                await p.execute()
+
+        await self._call(count)
+
+    async def tenant_usage(self, tenant: str, now: float, exact: bool = False) -> TenantUsage:
+        k = self.keys
+        kq, kb, ke = k.usage_queued(tenant), k.usage_bytes(tenant), k.usage_expiry(tenant)
+        gone = await self._call(lambda: self._r.zrangebyscore(ke, "-inf", f"({num(now)}"))
+        if gone:
+            await self._forget(tenant, gone)
+        if exact:
+            await self._recount(tenant, now)
+
+        async def read() -> list[Any]:
+            async with self._r.pipeline(transaction=False) as p:
+                p.hvals(kq)
+                p.hvals(kb)
+                p.zrangebyscore(ke, f"{num(now)}", "(+inf", start=0, num=1, withscores=True)
+                return list(await p.execute())
+
+        queued, sizes, first = await self._call(read)
+        return TenantUsage(
+            queued=max(0, sum(int(v) for v in queued)),
+            result_bytes=max(0, sum(int(v) for v in sizes)),
+            next_expiry=float(first[0][1]) if first else None,
+        )
+
+    async def _forget(self, tenant: str, bkeys: Sequence[str]) -> None:
+        """Drop every usage entry of these batch keys (expired or gone batches)."""
+        k = self.keys
+
+        async def drop() -> None:
+            async with self._r.pipeline(transaction=False) as p:
+                p.hdel(k.usage_queued(tenant), *bkeys)
+                p.hdel(k.usage_bytes(tenant), *bkeys)
+                p.zrem(k.usage_expiry(tenant), *bkeys)
+                await p.execute()
+
+        await self._call(drop)
+
+    async def _recount(self, tenant: str, now: float) -> None:
+        """Repair the tenant's counters from its batch records: each counted batch's queued entry
+        becomes ``submitted - done`` (removed once complete), an unfinished expiry gets the batch's
+        ``completed_at + result_ttl_s``, and entries of batches that are gone are dropped."""
+        k = self.keys
+        kq, ke = k.usage_queued(tenant), k.usage_expiry(tenant)
+
+        async def members() -> list[Any]:
+            async with self._r.pipeline(transaction=False) as p:
+                p.hkeys(kq)
+                p.zrangebyscore(ke, _INF, _INF)
+                return list(await p.execute())
+
+        counted, open_expiry = await self._call(members)
+        bkeys = sorted(set(counted) | set(open_expiry))
+        if not bkeys:
+            return
+
+        async def read() -> list[Any]:
+            async with self._r.pipeline(transaction=False) as p:
+                for bkey in bkeys:
+                    p.hmget(bkey, "submitted", "done", "completed_at")
+                return list(await p.execute())
+
+        rows = await self._call(read)
+        gone = [b for b, (sub, _, _) in zip(bkeys, rows, strict=True) if sub is None]
+        if gone:
+            await self._forget(tenant, gone)
+        in_expiry = set(open_expiry)
+
+        async def repair() -> None:
+            async with self._r.pipeline(transaction=False) as p:
+                for bkey, (sub, done, completed_at) in zip(bkeys, rows, strict=True):
+                    if sub is None:
+                        continue
+                    if completed_at:
+                        p.hdel(kq, bkey)
+                        if bkey in in_expiry:
+                            p.zadd(ke, {bkey: float(completed_at) + self.settings.result_ttl_s})
+                    else:
+                        p.hset(kq, bkey, max(0, int(sub) - int(done or 0)))
+                await p.execute()
+
+        await self._call(repair)
