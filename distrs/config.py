@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from distrs.core.priority import QueuePolicy
@@ -21,6 +21,13 @@ class RedisMode(StrEnum):
 
     STANDALONE = "standalone"
     CLUSTER = "cluster"
+
+
+class TenantQuota(BaseModel):
+    """One tenant's own quotas (``tenant_quotas``); an unset field takes the deployment's default."""
+
+    max_queued: int | None = Field(None, ge=0, description="Requests submitted and not finished; 0 = none.")
+    max_result_bytes: int | None = Field(None, ge=0, description="JSON bytes of kept results; 0 = none.")
 
 
 class _Base(BaseSettings):
@@ -160,6 +167,30 @@ class ProxySettings(StoreSettings):
     )
     retry_after_s: int = Field(
         2, ge=1, description="Retry-After of a 503 answered while the store is unavailable."
+    )
+    tenant_max_queued: int = Field(
+        0,
+        ge=0,
+        description="Most requests a tenant may have submitted and not yet finished (queued or "
+        "running); a submission past it is refused whole with 429 quota_exceeded. 0 = no limit.",
+    )
+    tenant_max_result_bytes: int = Field(
+        0,
+        ge=0,
+        description="Most JSON bytes of finished results a tenant may have kept in the store (they "
+        "leave with their batch after result_ttl_s); while at or past it, submissions are refused "
+        "with 429 quota_exceeded. 0 = no limit.",
+    )
+    tenant_quotas: dict[str, TenantQuota] = Field(
+        default_factory=dict,
+        description='Per-tenant overrides as JSON, e.g. {"alice": {"max_queued": 50000, '
+        '"max_result_bytes": 0}}; a field left out takes tenant_max_queued / tenant_max_result_bytes.',
+    )
+    quota_retry_after_s: int = Field(
+        5,
+        ge=1,
+        description="Retry-After of a 429 for the queued-requests quota (the result-bytes quota "
+        "answers the time until the tenant's earliest kept results expire).",
     )
 
 

@@ -152,6 +152,19 @@ class Metrics:
             ["task", "batch_id"],
             registry=r,
         )
+        # Per tenant: set (at scrape) only with tenant labels, so an open /metrics names no tenant.
+        self.tenant_queued = Gauge(
+            "distrs_tenant_queued_requests",
+            "Requests of the tenant submitted and not yet finished (its max_queued quota's usage)",
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_result_bytes = Gauge(
+            "distrs_tenant_result_bytes",
+            "JSON bytes of the tenant's finished results kept in the store (max_result_bytes' usage)",
+            ["tenant"],
+            registry=r,
+        )
         self.planner_errors = Counter(
             "distrs_planner_errors_total",
             "Planner decisions that failed (store unreachable, ...) and were retried",

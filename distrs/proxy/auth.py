@@ -82,6 +82,11 @@ class TokenTable:
         """Every token (the material the per-worker credential key is derived from)."""
         return list(self._entries)
 
+    def tenants(self) -> list[str]:
+        """Every tenant a trainer or admin token acts for (``default`` included), sorted."""
+        roles = (Role.TRAINER, Role.ADMIN)
+        return sorted({"default"} | {p.tenant for p in self._entries.values() if p.role in roles})
+
     def lookup(self, token: str) -> Principal | None:
         found = None
         for known, principal in self._entries.items():  # no early exit: constant time in the table

@@ -83,7 +83,11 @@ def install(app: FastAPI, retry_after_s: int = 2) -> None:
 
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
+        retry = exc.details.get("retry_after_s")  # a 429 or 503 that says when to come back
+        headers = {"Retry-After": str(retry)} if retry is not None else None
+        return JSONResponse(
+            error_body(exc.code, exc.message, exc.details), status_code=exc.status, headers=headers
+        )
 
     @app.exception_handler(StoreError)
     async def _store(_: Request, exc: StoreError) -> JSONResponse:

@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from distrs.core.languages import find_language, language_reward_type, language_table
 from distrs.core.model import BatchInfo, Result, Status
 from distrs.proxy import body as json_body
+from distrs.proxy import quotas
 from distrs.proxy.auth import INSECURE, Principal, Role
 from distrs.proxy.deps import AppState, act_as, get_state
 from distrs.proxy.errors import ApiError
@@ -220,6 +221,7 @@ async def _submit_and_wait(
     ``deadline`` (loop time) for every result; 504 past it."""
     types = {rt for rt, _ in items}
     now = st.clock()
+    await quotas.check(st.store, st.settings, who.tenant, len(items), now)  # before anything is stored
     info = BatchInfo(
         tenant=who.tenant,
         task=task,

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from distrs.core.model import BatchInfo, RequestState, Result
 from distrs.proxy import body as json_body
+from distrs.proxy import quotas
 from distrs.proxy.auth import Principal, Role, public_task
 from distrs.proxy.deps import AppState, act_as, authorize, get_state, trainer
 from distrs.proxy.errors import ApiError, invalid
@@ -123,6 +124,7 @@ async def submit(request: Request) -> JSONResponse:
                 payload=it.payload,
             )
         )
+    await quotas.check(st.store, st.settings, who.tenant, len(news), st.clock())
     out = await st.store.submit(news, st.clock())
     accepted, per_type = set(out.accepted), Counter[str]()
     for n in news:
