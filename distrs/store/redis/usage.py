@@ -18,6 +18,7 @@ a tenant past its quota by what was lost, never block it wrongly.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -38,13 +39,11 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
     async def submit(self, requests: list[NewRequest], now: float) -> SubmitOutcome:
         out = await super().submit(requests, now)
         if out.accepted:
-            accepted = set(out.accepted)
+            taken = await self._accepted(requests, out, now)
             per_batch: dict[tuple[str, str], int] = {}
-            for r in requests:
-                if r.request_id in accepted:
-                    key = (r.tenant, self.keys.batch(r.task, r.batch_id))
-                    per_batch[key] = per_batch.get(key, 0) + 1
-                    accepted.discard(r.request_id)  # a request id counts once per call
+            for r in taken:
+                key = (r.tenant, self.keys.batch(r.task, r.batch_id))
+                per_batch[key] = per_batch.get(key, 0) + 1
 
             async def count() -> None:
                 async with self._r.pipeline(transaction=False) as p:
@@ -54,6 +53,37 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
 
             await self._call(count)
         return out
+
+    async def _accepted(self, requests: list[NewRequest], out: SubmitOutcome, now: float) -> list[NewRequest]:
+        """The requests of a call that were stored. The outcome names ids only: an id given once
+        (per task) is plain; one that several tasks of the call share and that was accepted only
+        for some of them is told by its record's ``arrived_at`` (this call's ``now``)."""
+        accepted = Counter(out.accepted)
+        firsts: dict[tuple[str, str], NewRequest] = {}
+        for r in requests:
+            firsts.setdefault((r.task, r.request_id), r)
+        by_id: dict[str, list[NewRequest]] = {}
+        for r in firsts.values():
+            by_id.setdefault(r.request_id, []).append(r)
+        taken: list[NewRequest] = []
+        unsure: list[NewRequest] = []
+        for rid, group in by_id.items():
+            if accepted[rid] >= len(group):
+                taken += group
+            elif accepted[rid] > 0:
+                unsure += group
+        if unsure:
+            keys = [self.keys.request(r.task, r.request_id) for r in unsure]
+
+            async def read() -> list[Any]:
+                async with self._r.pipeline(transaction=False) as p:
+                    for rk in keys:
+                        p.hget(rk, "arrived_at")
+                    return list(await p.execute())
+
+            arrived = await self._call(read)
+            taken += [r for r, at in zip(unsure, arrived, strict=True) if at is not None and float(at) == now]
+        return taken
 
     async def complete(
         self,

@@ -900,3 +900,19 @@ async def test_tenant_usage_exact_repairs_counters_a_crash_left_off(store: Queue
         assert (await store.tenant_usage("alice", 102.0)).queued == 7
     assert (await store.tenant_usage("alice", 102.0, exact=True)).queued == 2
     assert (await store.tenant_usage("alice", 102.0)).queued == 2  # repaired for the fast path too
+
+
+async def test_tenant_usage_counts_each_task_of_a_bulk_call(store: QueueStore) -> None:
+    """One request id in two tasks of a call, a duplicate in one and new in the other: the new one
+    is counted under its own batch, so finishing the other batch leaves it counted."""
+    await store.register_batch(BatchInfo(tenant="alice", task="alice/t", batch_id="b", size=1), 100.0)
+    await store.register_batch(BatchInfo(tenant="alice", task="alice/u", batch_id="b", size=1), 100.0)
+    await store.submit([alice("r1")], 101.0)
+    out = await store.submit([alice("r1"), req("r1", task="alice/u", tenant="alice", stage="other")], 102.0)
+    assert out.accepted == ["r1"] and out.duplicates == ["r1"]
+    assert (await store.tenant_usage("alice", 103.0)).queued == 2
+    lease = await store.lease("compile", "w", 103.0, 30.0)
+    assert lease is not None and lease.task == "alice/t"
+    await store.complete(lease.lease_id, "w", 104.0, 1.0, None, None, ok("r1"), "final")
+    for exact in (False, True):
+        assert (await store.tenant_usage("alice", 105.0, exact=exact)).queued == 1
