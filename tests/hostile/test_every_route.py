@@ -65,6 +65,7 @@ ROUTES = [
     Route("POST", "/v1/workers/credential", "worker", {"worker_id": "w1"}),
     Route("DELETE", "/v1/workers/w1/credential", "admin"),
     Route("GET", "/v1/stats", "admin"),
+    Route("GET", "/v1/usage", "a"),
     Route("POST", "/run_code", "a", {"code": "print(1)", "language": "python"}),
     Route("POST", "/get_reward", "a", {"query": ["Px"], "prompts": ["P"]}),
     Route("POST", "/slime/reward", "a", {"response": "x", "label": "1"}),
