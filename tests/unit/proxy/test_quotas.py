@@ -13,6 +13,7 @@ import pytest
 
 from distrs.config import ProxySettings
 from distrs.proxy.app import create_app
+from distrs.store.base import QueueStore
 from distrs.store.memory import MemoryStore
 from tests.unit.proxy.conftest import TOKENS, Clock
 
@@ -21,7 +22,7 @@ TTL = ProxySettings().result_ttl_s
 
 
 @asynccontextmanager
-async def proxy(store: MemoryStore, clock: Clock, **settings: Any) -> AsyncIterator[Client]:
+async def proxy(store: QueueStore, clock: Clock, **settings: Any) -> AsyncIterator[Client]:
     s = ProxySettings.model_validate(
         {"tokens": TOKENS, "reaper_interval_s": 3600, "lease_ttl_s": 10, "compat_wait_s": 1.0} | settings
     )
@@ -88,7 +89,12 @@ async def finish_all(worker: httpx.AsyncClient) -> int:
 
 
 async def test_queued_quota_refuses_the_whole_call_and_stores_nothing() -> None:
-    store, clock = MemoryStore(), Clock()
+    await queued_quota_refuses_the_whole_call_and_stores_nothing(MemoryStore())
+
+
+async def queued_quota_refuses_the_whole_call_and_stores_nothing(store: QueueStore) -> None:
+    """Shared with tests/integration/test_quotas_redis.py (the same flow over Redis)."""
+    clock = Clock()
     async with proxy(store, clock, tenant_max_queued=3, quota_retry_after_s=7) as client:
         a, b, wk = client("ta"), client("tb"), client("wk")
         await register(a)
@@ -129,7 +135,11 @@ async def test_per_tenant_override_replaces_the_default() -> None:
 
 
 async def test_result_bytes_quota_retry_after_is_the_earliest_expiry() -> None:
-    store, clock = MemoryStore(), Clock()
+    await result_bytes_quota_retry_after_is_the_earliest_expiry(MemoryStore())
+
+
+async def result_bytes_quota_retry_after_is_the_earliest_expiry(store: QueueStore) -> None:
+    clock = Clock()
     async with proxy(store, clock, tenant_max_result_bytes=300) as client:
         a, wk = client("ta"), client("wk")
         await register(a, size=2)
