@@ -1,0 +1,129 @@
+"""What the per-tenant usage accounting (``store/redis/usage.py``) costs Redis per lifecycle.
+
+The Redis store with the accounting (``RedisStore``) against the same store without it (the other
+mixins alone), side by side and alternating, against one fresh ``redis-server`` (no persistence,
+so that only the commands are compared): batches of 1,000 registered, submitted in bulk, leased
+and completed one at a time and in bundles of 32, results read. Per lifecycle it reports the
+Redis commands processed (``INFO stats``: deterministic, so valid on a busy machine), the Redis
+server's CPU (``INFO cpu``) and the lifecycles per second of this one client (noisy).
+
+    .venv/bin/python benchmarks/usage_cost.py [--requests 5000] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import redis.asyncio as aredis
+
+from distrs.config import StoreSettings
+from distrs.core.model import BatchInfo, Result, Status
+from distrs.store.base import CompletionItem, NewRequest
+from distrs.store.redis import RedisStore
+from distrs.store.redis.base import RedisBase
+from distrs.store.redis.batches import BatchOps
+from distrs.store.redis.leases import LeaseOps
+from distrs.store.redis.results import ResultOps
+
+BATCH = 1000
+
+
+class WithoutUsage(BatchOps, LeaseOps, ResultOps, RedisBase):
+    """The Redis store less its usage accounting."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _run(cls: type[RedisBase], url: str, n: int, bundle: int) -> tuple[float, float, float]:
+    store = cls.from_url(
+        url, StoreSettings.model_validate({"redis_url": url}), namespace=f"u-{uuid.uuid4().hex[:8]}"
+    )
+    await store.start()
+    assert isinstance(store, BatchOps) and isinstance(store, LeaseOps) and isinstance(store, ResultOps)
+    r = aredis.from_url(url, decode_responses=True)
+
+    async def counters() -> tuple[int, float]:
+        stats, cpu = await r.info("stats"), await r.info("cpu")
+        return int(stats["total_commands_processed"]), float(cpu["used_cpu_sys"]) + float(
+            cpu["used_cpu_user"]
+        )
+
+    now = 1000.0
+    c0, cpu0 = await counters()
+    t0 = time.perf_counter()
+    for b in range(n // BATCH):
+        bid = f"b{b}"
+        await store.register_batch(BatchInfo(tenant="a", task="a/t", batch_id=bid, size=BATCH), now)
+        news = [
+            NewRequest(
+                tenant="a",
+                task="a/t",
+                batch_id=bid,
+                request_id=f"{bid}-{i}",
+                reward_type="synthetic",
+                first_stage="s",
+                payload={"x": 1},
+            )
+            for i in range(BATCH)
+        ]
+        await store.submit(news, now)
+        while leases := await store.lease_many("s", "w", now, 30.0, bundle):
+            results = [Result(request_id=x.request_id, status=Status.OK, score=1.0) for x in leases]
+            if bundle == 1:
+                await store.complete(leases[0].lease_id, "w", now, 0.1, None, None, results[0], "final")
+            else:
+                items = [
+                    CompletionItem(lease_id=x.lease_id, result=res)
+                    for x, res in zip(leases, results, strict=True)
+                ]
+                await store.complete_many(items, "w", now)
+        await store.batch_results("a/t", bid)
+    wall = time.perf_counter() - t0
+    c1, cpu1 = await counters()
+    await store.flush_namespace()  # type: ignore[attr-defined]
+    await store.close()
+    await r.aclose()
+    done = n // BATCH * BATCH
+    return (c1 - c0) / done, (cpu1 - cpu0) / done * 1e6, done / wall
+
+
+async def main(args: argparse.Namespace) -> None:
+    port, work = _free_port(), tempfile.mkdtemp()
+    server = shutil.which("redis-server") or "redis-server"
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", work],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}"
+    try:
+        await asyncio.sleep(0.5)
+        print(
+            "| leases per call | accounting | Redis commands / lifecycle | Redis CPU µs / lifecycle | lifecycles/s |"
+        )
+        print("|---|---|---|---|---|")
+        for bundle in (1, 32):
+            for _ in range(args.rounds):
+                for name, cls in (("off", WithoutUsage), ("on", RedisStore)):
+                    cmds, cpu_us, rate = await _run(cls, url, args.requests, bundle)
+                    print(f"| {bundle} | {name} | {cmds:.2f} | {cpu_us:.0f} | {rate:.0f} |", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=5000, help="Lifecycles per run (whole batches of 1,000).")
+    ap.add_argument("--rounds", type=int, default=2, help="Runs of each variant, alternating.")
+    asyncio.run(main(ap.parse_args()))
