@@ -34,6 +34,7 @@ Layout (``T`` = task, ``B`` = batch id, ``R`` = request id, ``S`` = stage, ``L``
     {ns}:ubytes:N             hash     tenant N's usage: batch key -> JSON bytes of its results
     {ns}:uexpiry:N            zset     tenant N's batches with results -> when they expire
                                        (+inf until the batch completes); see store/redis/usage.py
+    {ns}:utotals:N            hash     tenant N's totals of the two above: queued, bytes
 
 Cluster mode (``DISTRS_REDIS_MODE=cluster``, ``Keys(ns, cluster=True)``). One hash tag for the
 whole deployment would put every key on one shard, so keys are grouped by what the scripts touch
@@ -50,7 +51,7 @@ together:
   which names only the lease, finds its keys; every task of one slot shares these, so a
   completion or requeue script touches one slot whatever tasks it meets.
 * **per tenant** ``{ns:u:N}``: the tenant's usage counters (``uqueued``, ``ubytes``,
-  ``uexpiry``), written by the store's Python code after the script that changed the state, so
+  ``uexpiry``, ``utotals``), written by the store's Python code after the script that changed the state, so
   they never have to share a slot with a task.
 * **global** ``{ns}``: ``seq`` (taken with INCRBY before a submit script and passed in, so queue
   members still carry one deployment-wide arrival order), ``events``, ``spans`` and the task
@@ -188,6 +189,9 @@ class Keys:
 
     def usage_expiry(self, tenant: str) -> str:
         return self._u("uexpiry", tenant)
+
+    def usage_totals(self, tenant: str) -> str:
+        return self._u("utotals", tenant)
 
     # per task
     def _t(self, kind: str, task: str, *rest: str) -> str:

@@ -6,7 +6,9 @@ with a task and no Lua script has to touch them: the store's Python code updates
 the script that changed the state succeeded (a submission: + its accepted requests; a final
 result, from a completion, a bundle or an expiry past ``max_attempts``: - 1 and + its bytes; a
 batch completing: its queued entry goes and its results' expiry is set). Every figure is kept per
-batch, so whatever a batch left behind leaves with it.
+batch, so whatever a batch left behind leaves with it, and as a per-tenant total, so the check
+on every submission reads two numbers (plus the batches whose results expired since the last
+read), however many batches the tenant keeps.
 
 A process that dies between a script and its counter update leaves a counter off by that
 change. ``tenant_usage(exact=True)`` recounts from the batch records the scripts keep
@@ -49,6 +51,7 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
                 async with self._r.pipeline(transaction=False) as p:
                     for (tenant, bkey), n in per_batch.items():
                         p.hincrby(self.keys.usage_queued(tenant), bkey, n)
+                        p.hincrby(self.keys.usage_totals(tenant), "queued", n)
                     await p.execute()
 
             await self._call(count)
@@ -202,6 +205,8 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
                     size = len(rec.result.model_dump_json())
                     p.hincrby(k.usage_queued(rec.tenant), bkey, -1)
                     p.hincrby(k.usage_bytes(rec.tenant), bkey, size)
+                    p.hincrby(k.usage_totals(rec.tenant), "queued", -1)
+                    p.hincrby(k.usage_totals(rec.tenant), "bytes", size)
                     p.zadd(k.usage_expiry(rec.tenant), {bkey: math.inf}, nx=True)
                     if completed:
                         at = known.get((rec.task, rec.batch_id), now)
@@ -213,46 +218,60 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
 
     async def tenant_usage(self, tenant: str, now: float, exact: bool = False) -> TenantUsage:
         k = self.keys
-        kq, kb, ke = k.usage_queued(tenant), k.usage_bytes(tenant), k.usage_expiry(tenant)
+        ke = k.usage_expiry(tenant)
         gone = await self._call(lambda: self._r.zrangebyscore(ke, "-inf", f"({num(now)}"))
         if gone:
-            await self._forget(tenant, gone)
+            await self._expire(tenant, gone)
         if exact:
-            await self._recount(tenant, now)
+            return await self._recount(tenant, now)
 
         async def read() -> list[Any]:
             async with self._r.pipeline(transaction=False) as p:
-                p.hvals(kq)
-                p.hvals(kb)
+                p.hmget(k.usage_totals(tenant), "queued", "bytes")
                 p.zrangebyscore(ke, f"{num(now)}", "(+inf", start=0, num=1, withscores=True)
                 return list(await p.execute())
 
-        queued, sizes, first = await self._call(read)
+        (queued, size), first = await self._call(read)
         return TenantUsage(
-            queued=max(0, sum(int(v) for v in queued)),
-            result_bytes=max(0, sum(int(v) for v in sizes)),
+            queued=max(0, int(queued or 0)),
+            result_bytes=max(0, int(size or 0)),
             next_expiry=float(first[0][1]) if first else None,
         )
 
-    async def _forget(self, tenant: str, bkeys: Sequence[str]) -> None:
-        """Drop every usage entry of these batch keys (expired or gone batches)."""
+    async def _expire(self, tenant: str, bkeys: Sequence[str]) -> None:
+        """Take expired (or vanished) batches out of the tenant's usage. The ZREM claims each
+        batch, so of several processes pruning at once only one takes its bytes off the total."""
         k = self.keys
+        ke, kb, kq = k.usage_expiry(tenant), k.usage_bytes(tenant), k.usage_queued(tenant)
+
+        async def claim() -> list[Any]:
+            async with self._r.pipeline(transaction=False) as p:
+                for bkey in bkeys:
+                    p.zrem(ke, bkey)
+                    p.hget(kb, bkey)
+                return list(await p.execute())
+
+        got = await self._call(claim)
+        freed = sum(int(v or 0) for won, v in zip(got[0::2], got[1::2], strict=True) if won)
 
         async def drop() -> None:
             async with self._r.pipeline(transaction=False) as p:
-                p.hdel(k.usage_queued(tenant), *bkeys)
-                p.hdel(k.usage_bytes(tenant), *bkeys)
-                p.zrem(k.usage_expiry(tenant), *bkeys)
+                p.hdel(kb, *bkeys)
+                p.hdel(kq, *bkeys)
+                if freed:
+                    p.hincrby(k.usage_totals(tenant), "bytes", -freed)
                 await p.execute()
 
         await self._call(drop)
 
-    async def _recount(self, tenant: str, now: float) -> None:
-        """Repair the tenant's counters from its batch records: each counted batch's queued entry
-        becomes ``submitted - done`` (removed once complete), an unfinished expiry gets the batch's
-        ``completed_at + result_ttl_s``, and entries of batches that are gone are dropped."""
+    async def _recount(self, tenant: str, now: float) -> TenantUsage:
+        """The tenant's usage counted from its batch records, repairing the counters on the way:
+        each counted batch's queued entry becomes ``submitted - done`` (removed once complete), an
+        open expiry gets the batch's ``completed_at + result_ttl_s``, entries of batches that are
+        gone are dropped, and the totals are rewritten. Costs a read of every batch the tenant has
+        results of (only calls the counters would refuse come here, ``proxy/quotas.py``)."""
         k = self.keys
-        kq, ke = k.usage_queued(tenant), k.usage_expiry(tenant)
+        kq, kb, ke = k.usage_queued(tenant), k.usage_bytes(tenant), k.usage_expiry(tenant)
 
         async def members() -> list[Any]:
             async with self._r.pipeline(transaction=False) as p:
@@ -262,8 +281,6 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
 
         counted, open_expiry = await self._call(members)
         bkeys = sorted(set(counted) | set(open_expiry))
-        if not bkeys:
-            return
 
         async def read() -> list[Any]:
             async with self._r.pipeline(transaction=False) as p:
@@ -271,13 +288,15 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
                     p.hmget(bkey, "submitted", "done", "completed_at")
                 return list(await p.execute())
 
-        rows = await self._call(read)
+        rows = await self._call(read) if bkeys else []
         gone = [b for b, (sub, _, _) in zip(bkeys, rows, strict=True) if sub is None]
         if gone:
-            await self._forget(tenant, gone)
+            await self._expire(tenant, gone)
         in_expiry = set(open_expiry)
+        queued = 0
 
         async def repair() -> None:
+            nonlocal queued
             async with self._r.pipeline(transaction=False) as p:
                 for bkey, (sub, done, completed_at) in zip(bkeys, rows, strict=True):
                     if sub is None:
@@ -287,7 +306,24 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
                         if bkey in in_expiry:
                             p.zadd(ke, {bkey: float(completed_at) + self.settings.result_ttl_s})
                     else:
-                        p.hset(kq, bkey, max(0, int(sub) - int(done or 0)))
+                        n = max(0, int(sub) - int(done or 0))
+                        queued += n
+                        p.hset(kq, bkey, n)
                 await p.execute()
 
         await self._call(repair)
+
+        async def sizes() -> list[Any]:
+            async with self._r.pipeline(transaction=False) as p:
+                p.hvals(kb)
+                p.zrangebyscore(ke, f"{num(now)}", "(+inf", start=0, num=1, withscores=True)
+                return list(await p.execute())
+
+        values, first = await self._call(sizes)
+        size = sum(int(v) for v in values)
+        await self._call(
+            lambda: self._r.hset(k.usage_totals(tenant), mapping={"queued": queued, "bytes": size})
+        )
+        return TenantUsage(
+            queued=queued, result_bytes=max(0, size), next_expiry=float(first[0][1]) if first else None
+        )

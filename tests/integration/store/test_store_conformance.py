@@ -895,11 +895,15 @@ async def test_tenant_usage_exact_repairs_counters_a_crash_left_off(store: Queue
     exact count reads the batch records instead and repairs them (memory counts exactly always)."""
     await store.register_batch(BatchInfo(tenant="alice", task="alice/t", batch_id="b", size=2), 100.0)
     await store.submit([alice("r1"), alice("r2")], 101.0)
-    if isinstance(store, RedisStore):  # as if a completion's decrement had been lost: +5 too many
+    if isinstance(store, RedisStore):  # as if five completions' decrements had been lost
         await store._r.hincrby(store.keys.usage_queued("alice"), store.keys.batch("alice/t", "b"), 5)
+        await store._r.hincrby(store.keys.usage_totals("alice"), "queued", 5)
+        await store._r.hincrby(store.keys.usage_totals("alice"), "bytes", 999)
+        assert (await store.tenant_usage("alice", 102.0)).result_bytes == 999
         assert (await store.tenant_usage("alice", 102.0)).queued == 7
-    assert (await store.tenant_usage("alice", 102.0, exact=True)).queued == 2
-    assert (await store.tenant_usage("alice", 102.0)).queued == 2  # repaired for the fast path too
+    for exact in (True, False):  # repaired for the fast path too
+        u = await store.tenant_usage("alice", 102.0, exact=exact)
+        assert (u.queued, u.result_bytes) == (2, 0)
 
 
 async def test_tenant_usage_counts_each_task_of_a_bulk_call(store: QueueStore) -> None:
