@@ -196,22 +196,31 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
             return
         k, ttl = self.keys, self.settings.result_ttl_s
         known = known_completion or {}
+        # summed per batch and per tenant: a bundle's 32 results of one batch are a few commands
+        batches: dict[tuple[str, str, str], list[Any]] = {}  # (tenant, task, batch) -> [n, bytes, done]
+        tenants: dict[str, list[int]] = {}  # tenant -> [n, bytes]
+        for rec, completed in rows:
+            assert rec.result is not None
+            size = len(rec.result.model_dump_json())
+            b = batches.setdefault((rec.tenant, rec.task, rec.batch_id), [0, 0, False])
+            b[0], b[1], b[2] = b[0] + 1, b[1] + size, b[2] or completed
+            t = tenants.setdefault(rec.tenant, [0, 0])
+            t[0], t[1] = t[0] + 1, t[1] + size
 
         async def count() -> None:
             async with self._r.pipeline(transaction=False) as p:
-                for rec, completed in rows:
-                    assert rec.result is not None
-                    bkey = k.batch(rec.task, rec.batch_id)
-                    size = len(rec.result.model_dump_json())
-                    p.hincrby(k.usage_queued(rec.tenant), bkey, -1)
-                    p.hincrby(k.usage_bytes(rec.tenant), bkey, size)
-                    p.hincrby(k.usage_totals(rec.tenant), "queued", -1)
-                    p.hincrby(k.usage_totals(rec.tenant), "bytes", size)
-                    p.zadd(k.usage_expiry(rec.tenant), {bkey: math.inf}, nx=True)
+                for (tenant, task, batch_id), (n, size, completed) in batches.items():
+                    bkey = k.batch(task, batch_id)
+                    p.hincrby(k.usage_bytes(tenant), bkey, size)
                     if completed:
-                        at = known.get((rec.task, rec.batch_id), now)
-                        p.hdel(k.usage_queued(rec.tenant), bkey)
-                        p.zadd(k.usage_expiry(rec.tenant), {bkey: at + ttl})
+                        p.hdel(k.usage_queued(tenant), bkey)
+                        p.zadd(k.usage_expiry(tenant), {bkey: known.get((task, batch_id), now) + ttl})
+                    else:
+                        p.hincrby(k.usage_queued(tenant), bkey, -n)
+                        p.zadd(k.usage_expiry(tenant), {bkey: math.inf}, nx=True)
+                for tenant, (n, size) in tenants.items():
+                    p.hincrby(k.usage_totals(tenant), "queued", -n)
+                    p.hincrby(k.usage_totals(tenant), "bytes", size)
                 await p.execute()
 
         await self._call(count)
