@@ -19,9 +19,10 @@ a tenant past its quota by what was lost, never block it wrongly.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from distrs.core.model import RequestRecord, RequestState, Result
@@ -32,6 +33,7 @@ from distrs.store.redis.batches import BatchOps
 from distrs.store.redis.leases import LeaseOps
 
 _INF = "+inf"
+log = logging.getLogger(__name__)
 
 
 class UsageOps(BatchOps, LeaseOps, RedisBase):
@@ -41,7 +43,11 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
     async def submit(self, requests: list[NewRequest], now: float) -> SubmitOutcome:
         out = await super().submit(requests, now)
         if out.accepted:
-            taken = await self._accepted(requests, out, now)
+            try:
+                taken = await self._accepted(requests, out, now)
+            except StoreError as exc:  # the submission landed: report it regardless
+                log.warning("usage counters not updated (%s); the next exact count repairs them", exc)
+                return out
             per_batch: dict[tuple[str, str], int] = {}
             for r in taken:
                 key = (r.tenant, self.keys.batch(r.task, r.batch_id))
@@ -54,7 +60,7 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
                         p.hincrby(self.keys.usage_totals(tenant), "queued", n)
                     await p.execute()
 
-            await self._call(count)
+            await self._count(count)
         return out
 
     async def _accepted(self, requests: list[NewRequest], out: SubmitOutcome, now: float) -> list[NewRequest]:
@@ -115,26 +121,49 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
     async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
         # Which expired leases end their request (attempts >= max_attempts) is read before the
         # requeue; the script reports which leases it handled, and only those count.
-        ending = await self._expiring_finals(now, max_attempts)
+        try:
+            ending = await self._expiring_finals(now, max_attempts)
+        except StoreError as exc:  # the sweep itself must not wait on the counters
+            log.warning(
+                "usage counters: expired leases not read (%s); the next exact count repairs them", exc
+            )
+            ending = []
         out = await super().requeue_expired(now, max_attempts)
         handled = {rid for rid, _ in out}
         reqkeys = [rk for rid, rk in ending if rid in handled]
         if reqkeys:
-
-            async def read() -> list[Any]:
-                async with self._r.pipeline(transaction=False) as p:
-                    for rk in reqkeys:
-                        p.hgetall(rk)
-                    return list(await p.execute())
-
-            rows = await self._call(read)
-            recs = [self._request_from_hash(h) for h in rows if h]
-            done = [r for r in recs if r.state is RequestState.DONE]
-            completed = await self._completed_batches(done)
-            await self._count_finished(
-                [(r, (r.task, r.batch_id) in completed) for r in done], now, known_completion=completed
-            )
+            try:
+                await self._count_ended(reqkeys, now)
+            except StoreError as exc:  # the requeue landed: report it regardless
+                log.warning("usage counters not updated (%s); the next exact count repairs them", exc)
         return out
+
+    async def _count_ended(self, reqkeys: list[str], now: float) -> None:
+        """Count the requests the reaper just ended (read back from their records)."""
+
+        async def read() -> list[Any]:
+            async with self._r.pipeline(transaction=False) as p:
+                for rk in reqkeys:
+                    p.hgetall(rk)
+                return list(await p.execute())
+
+        rows = await self._call(read)
+        recs = [self._request_from_hash(h) for h in rows if h]
+        done = [r for r in recs if r.state is RequestState.DONE]
+        completed = await self._completed_batches(done)
+        await self._count_finished(
+            [(r, (r.task, r.batch_id) in completed) for r in done], now, known_completion=completed
+        )
+
+    async def _count(self, update: Callable[[], Awaitable[None]]) -> None:
+        """Apply a counter update after a state change that already succeeded: a failure here is
+        logged, never raised, so the caller still learns that its submission or completion
+        landed (a raised error would make it retry what is done); the counter stays off until
+        the next exact count (module docstring)."""
+        try:
+            await self._call(update)
+        except StoreError as exc:
+            log.warning("usage counters not updated (%s); the next exact count repairs them", exc)
 
     async def _expiring_finals(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
         """(request id, request key) of each expired lease whose requeue will end its request."""
@@ -223,7 +252,7 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
                     p.hincrby(k.usage_totals(tenant), "bytes", size)
                 await p.execute()
 
-        await self._call(count)
+        await self._count(count)
 
     async def tenant_usage(self, tenant: str, now: float, exact: bool = False) -> TenantUsage:
         k = self.keys
