@@ -137,6 +137,14 @@ class Keys:
         """Cluster registry: zset task -> last registration time."""
         return f"{self._p}:tasks"
 
+    def ready(self, stage: str) -> str:
+        """Cluster ready index of a stage: zset task -> generation of its latest mark."""
+        return f"{self._p}:ready:{_part(stage)}"
+
+    def ready_gen(self) -> str:
+        """Cluster: the counter the ready marks take their generations from."""
+        return f"{self._p}:readygen"
+
     def unused(self, slot: int | None) -> str:
         """A key in ``slot`` that no script writes: fills the script KEYS positions of the global
         keys (events, seq, spans) in cluster mode, where the scripts hand those writes back."""

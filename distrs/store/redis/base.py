@@ -58,7 +58,7 @@ from distrs.core.model import BatchInfo, Lease, RequestRecord
 from distrs.core.priority import QueuePolicy
 from distrs.store import errors
 from distrs.store.keys import EVENTS_MAXLEN, Keys, slot_tags
-from distrs.store.redis.cluster import TaskRegistry
+from distrs.store.redis.cluster import ReadyCopy, TaskRegistry
 from distrs.store.redis.scripts import SCRIPTS, ScriptBatcher, load_script_source
 from distrs.store.redis.wake import Waker
 from distrs.store.redis_client import connect, connect_cluster
@@ -163,7 +163,9 @@ class RedisBase:
         self._lease_cache: OrderedDict[str, Lease] = OrderedDict()
         self._topology_read_at = float("-inf")
         self._short_of_replicas: dict[str, float] = {}  # cluster: primary -> skip WAIT until
-        self._tasks = TaskRegistry()  # cluster mode: which task queues a lease reads
+        self._tasks = TaskRegistry()  # cluster mode: the registered tasks (reaper, snapshot)
+        self._ready_copies: dict[str, ReadyCopy] = {}  # cluster: stage -> ready index (ready.py)
+        self._repaired_at = float("-inf")  # cluster: last repair of the ready index
         self._lease_tasks: OrderedDict[str, str] = OrderedDict()  # cluster: lease id -> task
         self._lease_prefix = uuid.uuid4().hex[:16]
         self._lease_counter = itertools.count(1)

@@ -28,6 +28,8 @@ SCRIPTS = (
     "complete_bundle",
     "release",
     "requeue_expired",
+    "mark_ready",
+    "prune_ready",
 )
 
 
