@@ -77,14 +77,30 @@ def _interleave(by_port: dict[int, list[str]]) -> tuple[str, ...]:
     return tuple(t for group in zip(*lists, strict=True) for t in group)
 
 
-async def _measure(
+async def _measure_both(
     proxy: Proxy, ports: list[int], args: argparse.Namespace, tasks: tuple[str, ...]
-) -> dict[str, Any]:
-    """One throughput run: lifecycles/s, proxy CPU and each port's Redis CPU per lifecycle."""
-    warm = tuple(f"wu-{t}" for t in tasks)  # import paths, script caches, connection pools
+) -> list[dict[str, Any]]:
+    """A warm-up (import paths, script caches, connection pools), then the run with one lease
+    per call and the run with bundles of up to ``--bundle`` leases."""
+    warm = tuple(f"wu-{t}" for t in tasks)
     await phase_throughput(
         proxy.port, 2 * args.batch_size * len(ports), args.batch_size, args.workers, 2, task_names=warm
     )
+    return [
+        await _measure(proxy, ports, args, tasks, args.workers, 0),
+        await _measure(proxy, ports, args, tuple(f"b-{t}" for t in tasks), args.bundle_workers, args.bundle),
+    ]
+
+
+async def _measure(
+    proxy: Proxy,
+    ports: list[int],
+    args: argparse.Namespace,
+    tasks: tuple[str, ...],
+    workers: int,
+    bundle: int,
+) -> dict[str, Any]:
+    """One throughput run: lifecycles/s, proxy CPU and each port's Redis CPU per lifecycle."""
     # what each node burns doing nothing (cron, cluster gossip) is not the lifecycles' work: at
     # the low rates of a busy small machine it would be a large part of the per-lifecycle figure
     i0 = {p: _redis_cpu_s(p) for p in ports}
@@ -93,7 +109,7 @@ async def _measure(
     cpu0, calls0 = proxy.cpu_s(), Http.calls
     r0 = {p: _redis_cpu_s(p) for p in ports}
     thr = await phase_throughput(
-        proxy.port, args.requests, args.batch_size, args.workers, args.inflight, task_names=tasks
+        proxy.port, args.requests, args.batch_size, workers, args.inflight, bundle=bundle, task_names=tasks
     )
     r1 = {p: _redis_cpu_s(p) for p in ports}
     n = thr["requests"]
@@ -117,23 +133,24 @@ async def _measure(
     return thr
 
 
-async def _standalone(args: argparse.Namespace, work: Path, tasks: tuple[str, ...]) -> dict[str, Any]:
+async def _standalone(args: argparse.Namespace, work: Path, tasks: tuple[str, ...]) -> list[dict[str, Any]]:
     redis = RedisServer(work / "standalone", appendfsync="everysec")
     redis.data_dir.mkdir()
     redis.start()
     proxy = Proxy(redis.url, work)
     try:
         proxy.start()
-        out = await _measure(proxy, [redis.port], args, tasks)
+        runs = await _measure_both(proxy, [redis.port], args, tasks)
     finally:
         proxy.stop()
         redis.stop()
-    out.update(mode="standalone", primaries=1, replicas=0)
-    print(f"standalone: {out['lifecycles_per_s']} lifecycles/s", flush=True)
-    return out
+    for out in runs:
+        out.update(mode="standalone", primaries=1, replicas=0)
+        print(f"standalone, bundle {out['bundle']}: {out['lifecycles_per_s']} lifecycles/s", flush=True)
+    return runs
 
 
-async def _cluster(args: argparse.Namespace, work: Path, n: int) -> dict[str, Any]:
+async def _cluster(args: argparse.Namespace, work: Path, n: int) -> list[dict[str, Any]]:
     binary = shutil.which("redis-server")
     assert binary
     root = work / f"cluster-{n}"
@@ -150,23 +167,29 @@ async def _cluster(args: argparse.Namespace, work: Path, n: int) -> dict[str, An
     try:
         cluster.start()
         by_port = spread_tasks(cluster, args.tasks_per_shard, "cl")
-        proxy.start()
-        out = await _measure(proxy, list(by_port), args, _interleave(by_port))
+        try:
+            proxy.start()
+        except RuntimeError:
+            for log in work.glob(f"proxy-{proxy.port}.log"):
+                print(log.read_text()[-3000:], file=sys.stderr)
+            raise
+        runs = await _measure_both(proxy, list(by_port), args, _interleave(by_port))
         global_slot = key_slot(Keys(DEFAULT_NAMESPACE, cluster=True).seq().encode())
         global_port = cluster.primary_of(global_slot)
-        for shard in out["shards"]:
-            shard["tasks"] = len(by_port[shard["port"]])
-            shard["holds_global_keys"] = shard["port"] == global_port
     finally:
         proxy.stop()
         cluster.stop()
-    out.update(mode="cluster", primaries=n, replicas=args.cluster_replicas)
-    print(
-        f"cluster of {n}: {out['lifecycles_per_s']} lifecycles/s, Redis CPU per shard "
-        f"{[s['redis_cpu_ms_per_lifecycle'] for s in out['shards']]} ms/lifecycle",
-        flush=True,
-    )
-    return out
+    for out in runs:
+        out.update(mode="cluster", primaries=n, replicas=args.cluster_replicas)
+        for shard in out["shards"]:
+            shard["tasks"] = len(by_port[shard["port"]])
+            shard["holds_global_keys"] = shard["port"] == global_port
+        print(
+            f"cluster of {n}, bundle {out['bundle']}: {out['lifecycles_per_s']} lifecycles/s, Redis CPU "
+            f"per shard {[s['redis_cpu_ms_per_lifecycle'] for s in out['shards']]} ms/lifecycle",
+            flush=True,
+        )
+    return runs
 
 
 async def _amain(args: argparse.Namespace) -> dict[str, Any]:
@@ -175,9 +198,9 @@ async def _amain(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="distrs-bench-cluster-") as tmp:
         work = Path(tmp)
         names = tuple(f"sa{i}" for i in range(args.tasks_per_shard * max(sizes)))
-        runs = [await _standalone(args, work, names)]
+        runs = await _standalone(args, work, names)
         for n in sizes:
-            runs.append(await _cluster(args, work, n))
+            runs += await _cluster(args, work, n)
     version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
     return {
         "benchmark": "proxy_load_cluster",
@@ -195,6 +218,8 @@ async def _amain(args: argparse.Namespace) -> dict[str, Any]:
         "batch_size": args.batch_size,
         "batches_in_flight": args.inflight,
         "workers": args.workers,
+        "bundle": args.bundle,
+        "bundle_workers": args.bundle_workers,
         "tasks_per_shard": args.tasks_per_shard,
         "runs": runs,
     }
@@ -210,19 +235,27 @@ def _markdown(res: dict[str, Any]) -> str:
         f"{m['load_average_at_end'][0]:.1f} at end: **measured on a busy machine**, the absolute "
         "figures are not final; the shares are what this run shows.",
         "",
-        f"One proxy process, {res['workers']} workers (one lease and one completion call per "
-        f"request), {res['requests']} lifecycles in batches of {res['batch_size']} "
+        f"One proxy process; per store two runs: {res['workers']} workers with one lease and one "
+        f"completion call per request, and {res['bundle_workers']} workers with bundles of up to "
+        f"{res['bundle']} leases per call; {res['requests']} lifecycles each in batches of {res['batch_size']} "
         f"({res['batches_in_flight']} in flight) spread round-robin over {res['tasks_per_shard']} "
         "tasks per primary; AOF `appendfsync everysec`; replicas per primary: "
         f"{res['runs'][-1]['replicas']}. Redis CPU from `INFO CPU` of each primary, less its idle "
         "CPU (cron, cluster bus) measured just before the run (the JSON keeps both); * marks the "
-        "primary holding the deployment-wide keys (`{distrs}`).",
+        "primary holding the deployment-wide keys (`{distrs}`). *Ceiling × one primary*: the "
+        "cluster of one primary's Redis CPU per lifecycle over the busiest primary's here (the "
+        "lifecycles/s the cluster sustains with every primary on its own core, relative to one).",
         "",
-        "| store | lifecycles/s | proxy CPU ms/lifecycle | Redis CPU ms/lifecycle, total "
-        "| Redis CPU ms/lifecycle per primary (share) |",
-        "|---|---:|---:|---:|---|",
+        "| store | leases per call | lifecycles/s | proxy CPU ms/lifecycle | Redis CPU ms/lifecycle, "
+        "total | Redis CPU ms/lifecycle per primary (share) | ceiling × one primary |",
+        "|---|---:|---:|---:|---:|---|---:|",
     ]
-    for r in res["runs"]:
+    one = {
+        r["bundle"]: r["redis_cpu_ms_per_lifecycle"]
+        for r in res["runs"]
+        if r["mode"] == "cluster" and r["primaries"] == 1
+    }
+    for r in sorted(res["runs"], key=lambda r: (r["bundle"], r["mode"] != "standalone", r["primaries"])):
         name = (
             "one redis-server (standalone)"
             if r["mode"] == "standalone"
@@ -233,9 +266,16 @@ def _markdown(res: dict[str, Any]) -> str:
             f"({100 * s['share']:.0f} %)"
             for s in sorted(r["shards"], key=lambda s: -s["redis_cpu_ms_per_lifecycle"])
         )
+        busiest = max(s["redis_cpu_ms_per_lifecycle"] for s in r["shards"])
+        ceiling = (
+            f"{one[r['bundle']] / busiest:.2f}"
+            if r["mode"] == "cluster" and r["bundle"] in one and busiest
+            else "—"
+        )
+        calls = f"≤ {r['bundle']}" if r["bundle"] else "1"
         lines.append(
-            f"| {name} | {r['lifecycles_per_s']:.0f} | {r['proxy_cpu_ms_per_lifecycle']:.3f} "
-            f"| {r['redis_cpu_ms_per_lifecycle']:.4f} | {shards} |"
+            f"| {name} | {calls} | {r['lifecycles_per_s']:.0f} | {r['proxy_cpu_ms_per_lifecycle']:.3f} "
+            f"| {r['redis_cpu_ms_per_lifecycle']:.4f} | {shards} | {ceiling} |"
         )
     lines.append("")
     return "\n".join(lines)
