@@ -46,15 +46,17 @@ together:
   which names only the lease, finds its keys; every task of one slot shares these, so a
   completion or requeue script touches one slot whatever tasks it meets.
 * **global** ``{ns}``: ``seq`` (taken with INCRBY before a submit script and passed in, so queue
-  members still carry one deployment-wide arrival order), ``events``, ``spans`` and the task
-  registry ``tasks`` (task -> last registration time: which task queues a lease reads and which
-  slots the reaper and the snapshot visit). No script touches a global key in cluster mode:
-  the scripts hand their events and finished spans back, and the store appends them right
-  after (a proxy that dies in between loses planner hints, never work).
+  members still carry one deployment-wide arrival order), ``events``, ``spans``, the task
+  registry ``tasks`` (task -> last registration time: which slots the reaper and the snapshot
+  visit) and the per-stage ready index ``ready:S`` (task -> generation from ``readygen``: the
+  tasks whose stage-S queue may hold work, redis/ready.py). No script of a transition touches a
+  global key in cluster mode: the scripts hand their events and finished spans back, and the
+  store appends them (and marks the ready index) right after (a proxy that dies in between
+  loses planner hints, never work; a lost mark is repaired by the expiry sweep).
 
-A lease reads the heads of its stage's task queues (``ZRANGE q 0 0`` per task, pipelined per
-shard) and takes from the earliest by (T, arrival sequence): the same order one queue would
-give (docs/store.md, "Cluster").
+A lease reads the heads of its stage's queues of the tasks marked ready (``ZRANGE q 0 0`` per
+task, pipelined per shard) and takes from the earliest by (T, arrival sequence): the same order
+one queue would give (docs/store.md, "Cluster").
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ queue may hold work, and the queue stays the authority:
   task unmarked and marked again never shows an old generation.
 * **repair**: a mark that never lands (the proxy dies between the script and the mark, or the
   index's primary fails over before its replica had the mark) would hide that queue from
-  leases. The expiry sweep reads the heads of every registered task's queues every
-  ``REPAIR_S`` and marks those with work that are missing.
+  leases. The expiry sweep checks every registered task's stage queues (``EXISTS``) every
+  ``REPAIR_S`` and marks those with work whose mark is missing.
 
 Each process keeps a copy of each stage's index for ``REGISTRY_TTL_S`` (cluster.py) and reads it
 again at once when a lease finds nothing; it adds its own marks to the copy.

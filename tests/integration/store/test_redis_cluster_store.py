@@ -235,3 +235,15 @@ async def test_work_whose_ready_mark_was_lost_is_found_by_the_repair_pass(store:
     await store.requeue_expired(103.0, max_attempts=3)  # the expiry sweep repairs the index
     lease = await store.lease("compile", "w", 104.0, 30.0)
     assert lease is not None and lease.request_id == "r"
+
+
+async def test_an_unmark_read_before_a_newer_mark_leaves_the_task_marked(store: RedisStore) -> None:
+    task = "alice/marked"
+    await store._mark_ready([("compile", task)])
+    seen = (await store._ready_tasks("compile", fresh=True))[task]
+    await store._mark_ready([("compile", task)])  # work queued after the lease's look
+    await store._prune_ready("compile", {task: seen})
+    now = await store._ready_tasks("compile", fresh=True)
+    assert now[task] > seen  # still marked, with the newer generation
+    await store._prune_ready("compile", {task: now[task]})
+    assert task not in await store._ready_tasks("compile", fresh=True)
