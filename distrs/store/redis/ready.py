@@ -52,14 +52,21 @@ class ReadyOps(RedisBase):
         return dict(copy.tasks)
 
     async def _mark_ready(self, pairs: Iterable[tuple[str, str]]) -> None:
-        """Mark each (stage, task): its queue may hold work. After the script that queued it."""
+        """Mark each (stage, task): its queue may hold work. After the script that queued it.
+
+        A failed mark is logged, not raised: the transition before it stands, and answering 503
+        would have the caller retry what already happened; the repair pass restores the mark."""
         todo = sorted(set(pairs))
         if not self.cluster or not todo:
             return
         k = self.keys
-        gens = await self._run(
-            "mark_ready", [k.ready_gen(), *(k.ready(s) for s, _ in todo)], [t for _, t in todo]
-        )
+        try:
+            gens = await self._run(
+                "mark_ready", [k.ready_gen(), *(k.ready(s) for s, _ in todo)], [t for _, t in todo]
+            )
+        except errors.Unavailable as exc:
+            log.warning("ready marks lost (%s), the repair pass restores them: %s", len(todo), exc.message)
+            return
         copies = self._ready_copies
         for (stage, task), gen in zip(todo, gens, strict=True):
             copies.setdefault(stage, ReadyCopy()).tasks[task] = int(gen)
@@ -69,8 +76,12 @@ class ReadyOps(RedisBase):
         task is not known here); over-marking is harmless: the next lease prunes the empty ones."""
         if not stages:
             return
-        tasks = [t for t in await self._known_tasks() if self.keys.slot_of(t) == slot]
-        await self._mark_ready((s, t) for s in stages for t in tasks)
+        try:
+            known = await self._known_tasks()
+        except errors.Unavailable as exc:  # as a failed mark (``_mark_ready``)
+            log.warning("ready marks of slot %s lost, the repair pass restores them: %s", slot, exc.message)
+            return
+        await self._mark_ready((s, t) for s in stages for t in known if self.keys.slot_of(t) == slot)
 
     async def _prune_ready(self, stage: str, read: dict[str, int]) -> None:
         """Unmark the tasks a lease found empty, each unless marked again since its generation
