@@ -509,6 +509,12 @@ def _lock_python(lock: Path) -> str:
     return m.group(1)
 
 
+def kernel_locks_key() -> str:
+    """The hash of every kernel lock file: what the kernel wheel set is, named by content."""
+    files = sorted(KERNELS.glob("*.txt"))
+    return _sha(x for f in files for x in (f.name, f.read_bytes()))[:16]
+
+
 def ensure_kernel_wheels(locks: Sequence[str], pyver: str) -> Path:
     """The wheelhouse of the given lock files (all of them: one set per machine), downloaded once.
 
@@ -524,8 +530,7 @@ def ensure_kernel_wheels(locks: Sequence[str], pyver: str) -> Path:
                 f"sandbox/kernels/{name}.txt is for CPython {want}, the base has {pyver}: "
                 "run scripts/build_images.py --lock-kernels"
             )
-    key = _sha(x for f in files for x in (f.name, f.read_bytes()))[:16]
-    out = CACHE / "wheels" / f"kernels-{key}"
+    out = CACHE / "wheels" / f"kernels-{kernel_locks_key()}"
     if (out / ".complete").exists():
         return out
     shutil.rmtree(out, ignore_errors=True)
