@@ -78,7 +78,7 @@ SPECS: dict[str, ImageSpec] = {
     "worker": ImageSpec("worker", "Dockerfile.compile", "worker", ("pytest>=8.2",)),
     "worker-gpu": ImageSpec("worker-gpu", "Dockerfile.execute", "gpu", ("pytest>=8.2",)),
     "redis": ImageSpec("redis", None, "redis"),
-    # The kernelbench stages: about 5 GB more each, so built only when asked for.
+    # The kernelbench stages: about 6 GB more each, so built only when asked for.
     "worker-kernels": ImageSpec(
         "worker-kernels", "Dockerfile.compile-kernels", "worker", parent="worker", locks=("torch", "nvcc")
     ),
