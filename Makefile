@@ -64,6 +64,7 @@ test-gpu: $(STAMP)
 # Service, CPU-worker and GPU-worker images, offline from local Debian bases (scripts/build_images.py;
 # cached under /var/tmp/distrs-images). IMAGE_TOOL=docker|podman|buildah picks the tool;
 # CUDA_IMAGE=nvidia/cuda:...-runtime-... builds the GPU worker on that image (needs its registry).
+# IMAGES="worker-kernels worker-gpu-kernels": the kernelbench images (torch + nvcc; ~6 GB more each, docs/kernels.md).
 images: install
 	$(PY) scripts/build_images.py $(IMAGES)
 

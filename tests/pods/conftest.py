@@ -53,7 +53,7 @@ def pod_images(pod_tool: build_images.Tool) -> dict[str, str]:
 
 @pytest.fixture
 def pod_system(pod_tool: build_images.Tool, pod_images: dict[str, str]) -> Iterator[Callable[..., System]]:
-    """Factory: `pod_system(values, seccomp_profiles=None, wait_workers=True)` starts a release.
+    """Factory: `pod_system(values, seccomp_profiles=None, wait_workers=True, host_mounts=None)` starts a release.
 
     Returns the `System` handles (proxy URL, tokens, `workers` by stage, `logs(name)`,
     `ready(name)`, `stop()`); every release started is stopped after the test.
@@ -61,10 +61,18 @@ def pod_system(pod_tool: build_images.Tool, pod_images: dict[str, str]) -> Itera
     started: list[System] = []
 
     def start(
-        values: dict[str, Any], seccomp_profiles: dict[str, Path] | None = None, wait_workers: bool = True
+        values: dict[str, Any],
+        seccomp_profiles: dict[str, Path] | None = None,
+        wait_workers: bool = True,
+        host_mounts: dict[str, list[tuple[Path, str]]] | None = None,
     ) -> System:
         s = start_system(
-            values, pod_images, pod_tool.env, seccomp_profiles=seccomp_profiles, wait_workers=wait_workers
+            values,
+            pod_images,
+            pod_tool.env,
+            seccomp_profiles=seccomp_profiles,
+            wait_workers=wait_workers,
+            host_mounts=host_mounts,
         )
         started.append(s)
         return s
