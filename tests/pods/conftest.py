@@ -21,6 +21,20 @@ from tests.requirements import need
 KINDS = ("service", "worker", "worker-gpu", "redis")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The kernel-images tier runs only when asked for (deselected, not skipped, otherwise).
+
+    Its images are built FROM the worker images, so every source change rebuilds them (about 11
+    minutes here, on top of the test's own CUDA build) and `make test` would outgrow its budget;
+    `make test-kernel-images` runs it."""
+    if config.getoption("--kernel-images", default=False):  # declared in the root conftest.py
+        return
+    keep = [it for it in items if it.get_closest_marker("kernel_images") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[it for it in items if it not in keep])
+        items[:] = keep
+
+
 def _unavailable(reason: str) -> None:
     need("pod runtime", "the pod-runtime tier starts containers", found=False, detail=reason)
 

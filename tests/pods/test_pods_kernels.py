@@ -32,7 +32,7 @@ from tests.fixtures.kernel_problems import CUDA_ADD_RELU, HONEST, REFERENCE
 from tests.pods.cluster import System
 from tests.pods.test_pods_release import judge
 
-pytestmark = [pytest.mark.pods, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.pods, pytest.mark.kernel_images, pytest.mark.timeout(3600)]
 
 CACHE_ROOT = Path("/var/tmp/distrs-pods-kernels")
 BUILD_S = 1800  # a cold CUDA build of a torch extension takes minutes on 2 busy cores
