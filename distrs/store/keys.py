@@ -53,6 +53,8 @@ together:
   global key in cluster mode: the scripts hand their events and finished spans back, and the
   store appends them (and marks the ready index) right after (a proxy that dies in between
   loses planner hints, never work; a lost mark is repaired by the expiry sweep).
+* **fence** ``{tag}:fence``, never written: the scripts read it with their first key to stop
+  before any write while their slot is being migrated (``redis/scripts.py``).
 
 A lease reads the heads of its stage's queues of the tasks marked ready (``ZRANGE q 0 0`` per
 task, pipelined per shard) and takes from the earliest by (T, arrival sequence): the same order
@@ -220,6 +222,16 @@ class Keys:
 
     def lease(self, lease_id: str) -> str:
         return f"{self._slot_p(self.lease_slot(lease_id))}:lease:{_part(lease_id)}"
+
+    def fence(self, key: str) -> str:
+        """Cluster mode: a key that is never written, in the slot of ``key`` (its hash tag).
+
+        Every script reads it together with its first key before anything else (the prelude in
+        ``redis/scripts.py``): Redis answers a multi-key read that misses a key in a slot being
+        migrated with an error, so a script in a moving slot stops before its first write."""
+        if not key.startswith("{") or "}" not in key:
+            raise ValueError(f"key {key!r} has no hash tag")
+        return key[: key.index("}") + 1] + ":fence"
 
     def all_patterns(self) -> list[str]:
         """SCAN patterns covering every key of the namespace (ops tooling and tests)."""
