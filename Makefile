@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all install system-deps demo up test test-wheels test-fast test-slow test-pods test-gpu images lint bench clean
+.PHONY: all install system-deps demo up test test-wheels test-fast test-slow test-pods test-kernel-images test-gpu images lint bench clean
 
 all: test
 
@@ -53,6 +53,11 @@ test-slow: install
 test-pods: install
 	$(PY) -m pytest -m pods tests/pods $(PYTEST_ARGS)
 
+# The kernel-images tier: worker-kernels and worker-gpu-kernels built (multi-GB; FROM the worker
+# images, so a source change rebuilds them) and run as pods. Not part of `make test`.
+test-kernel-images: install
+	$(PY) -m pytest -m kernel_images --kernel-images tests/pods $(PYTEST_ARGS)
+
 # The GPU tier: tests marked gpu (they skip where no NVIDIA GPU is present). GPU tests live under
 # tests/integration and tests/e2e (a unit test checks this); the k8s and placement folders need
 # dev-only schema packages and hold none, so a GPU machine needs only the runtime dependencies.
@@ -64,6 +69,7 @@ test-gpu: $(STAMP)
 # Service, CPU-worker and GPU-worker images, offline from local Debian bases (scripts/build_images.py;
 # cached under /var/tmp/distrs-images). IMAGE_TOOL=docker|podman|buildah picks the tool;
 # CUDA_IMAGE=nvidia/cuda:...-runtime-... builds the GPU worker on that image (needs its registry).
+# IMAGES="worker-kernels worker-gpu-kernels": the kernelbench images (torch + nvcc; ~6 GB more each, docs/kernels.md).
 images: install
 	$(PY) scripts/build_images.py $(IMAGES)
 

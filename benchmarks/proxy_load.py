@@ -35,6 +35,8 @@ general client, so that on a small machine the proxy rather than the load genera
 
     .venv/bin/python benchmarks/proxy_load.py            # writes benchmarks/results/proxy_load.{json,md}
     .venv/bin/python benchmarks/proxy_load.py --quick    # a smaller run for a smoke test
+    .venv/bin/python benchmarks/proxy_load.py --redis-mode cluster   # Redis Cluster of 1-3 primaries
+                                                         # (proxy_load_cluster.py; its own results)
 """
 
 from __future__ import annotations
@@ -169,6 +171,7 @@ class Proxy:
     redis_url: str | None
     workdir: Path
     floor: bool = False
+    env: dict[str, str] = field(default_factory=dict)  # more DISTRS_* settings (cluster mode)
     port: int = field(default_factory=_free_port)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -177,6 +180,7 @@ class Proxy:
         env.update({"DISTRS_MAX_BULK": "4096", "PYTHONUNBUFFERED": "1"})
         if self.redis_url:
             env["DISTRS_REDIS_URL"] = self.redis_url
+        env.update(self.env)
         if self.floor:
             cmd = [sys.executable, str(Path(__file__).resolve()), "--serve-floor", str(self.port)]
         else:
@@ -307,8 +311,17 @@ async def _bundle_worker_loop(
 
 
 async def phase_throughput(
-    port: int, n: int, batch_size: int, workers: int, inflight: int, task: str = "tp", bundle: int = 0
+    port: int,
+    n: int,
+    batch_size: int,
+    workers: int,
+    inflight: int,
+    task: str = "tp",
+    bundle: int = 0,
+    task_names: tuple[str, ...] = (),
 ) -> dict[str, Any]:
+    """``task_names``: batch b belongs to ``task_names[b % len(task_names)]`` (work spread over many tasks, e.g.
+    over the shards of a cluster); all to ``task`` when empty."""
     stop = asyncio.Event()
     stats: dict[str, Any] = {"completed": 0, "errors": 0}
     if bundle:
@@ -322,21 +335,22 @@ async def phase_throughput(
 
     async def one_batch(b: int) -> None:
         nonlocal results_seen
+        task_b = task_names[b % len(task_names)] if task_names else task
         c = Http("127.0.0.1", port)
         try:
             st, raw = await c.call(
-                "POST", "/v1/batches", {"task": task, "batch_id": f"b{b}", "size": batch_size}
+                "POST", "/v1/batches", {"task": task_b, "batch_id": f"b{b}", "size": batch_size}
             )
             assert st == 201, raw
             reqs = [
-                {"task": task, "batch_id": f"b{b}", "request_id": f"b{b}-{i}", "reward_type": "synthetic",
+                {"task": task_b, "batch_id": f"b{b}", "request_id": f"b{b}-{i}", "reward_type": "synthetic",
                  "payload": _payload()}
                 for i in range(batch_size)
             ]  # fmt: skip
             st, raw = await c.call("POST", "/v1/requests", {"requests": reqs})
             assert st == 202 and orjson.loads(raw)["accepted"] == batch_size, raw
             while True:
-                st, raw = await c.call("GET", f"/v1/batches/{task}/b{b}/results?wait_s=30")
+                st, raw = await c.call("GET", f"/v1/batches/{task_b}/b{b}/results?wait_s=30")
                 body = orjson.loads(raw)
                 if body["complete"]:
                     assert len(body["results"]) == batch_size
@@ -989,6 +1003,16 @@ def main() -> None:
     ap.add_argument("--serve-floor", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--appendfsync", default="everysec", choices=["everysec", "always", "no"])
     ap.add_argument("--quick", action="store_true", help="Small sizes (smoke test).")
+    ap.add_argument(
+        "--redis-mode",
+        choices=["standalone", "cluster"],
+        default=None,
+        help="cluster: the capacity run over Redis Clusters of 1, 2 and 3 primaries instead "
+        "(benchmarks/proxy_load_cluster.py; writes proxy_load_cluster.{json,md}).",
+    )
+    ap.add_argument("--primaries", default="1,2,3", help="Cluster sizes of the cluster run.")
+    ap.add_argument("--cluster-replicas", type=int, default=0, help="Replicas per primary (cluster run).")
+    ap.add_argument("--tasks-per-shard", type=int, default=8, help="Tasks per primary (cluster run).")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     if args.serve_floor is not None:
@@ -1003,6 +1027,11 @@ def main() -> None:
     from distrs.proxy.gc_policy import GcPolicy
 
     GcPolicy().install()
+    if args.redis_mode == "cluster":
+        from proxy_load_cluster import run_cluster
+
+        run_cluster(args)
+        return
     res = asyncio.run(_amain(args))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "proxy_load.json").write_text(json.dumps(res, indent=2) + "\n")

@@ -13,6 +13,12 @@ exactly what users build. Steps, each skipped when its inputs did not change:
    the repository root, the wheelhouse staged under `build/wheels`. Every image is labelled with
    `io.distrs.build-key` = hash(base id, Dockerfile, wheel set, source); an image carrying the
    key of the current inputs is not rebuilt.
+4. Kernel images (`worker-kernels`, `worker-gpu-kernels`; not built by default): the worker
+   image of their stage plus the `kernels` extra (torch, ninja) and, for the compile side, nvcc
+   and the CUDA headers, all from PyPI wheels pinned with hashes in `sandbox/kernels/*.txt`.
+   Those wheels (about 3 GB) are downloaded once into a wheelhouse named by the hash of the lock
+   files, so a wheel set is fetched once per machine and verified against its hashes.
+   `--lock-kernels` re-resolves the locks from `sandbox/kernels/*.in`.
 
 The tool is docker (only when `docker info` answers), podman or buildah; `IMAGE_TOOL` overrides.
 podman/buildah get a containers.conf (runc, cgroupfs, fixed ulimits) through CONTAINERS_CONF
@@ -26,11 +32,13 @@ import argparse
 import dataclasses
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -61,6 +69,8 @@ class ImageSpec:
     dockerfile: str | None  # under sandbox/; None: the base itself is the image (redis)
     packages: str  # sandbox/packages/<packages>.txt on top of base.txt
     extras: tuple[str, ...] = ()  # more requirements in the venv (e.g. pytest for workers)
+    parent: str | None = None  # kind this image is built FROM (kernel images); None: from the base
+    locks: tuple[str, ...] = ()  # sandbox/kernels/<lock>.txt wheel sets installed on the parent
 
 
 SPECS: dict[str, ImageSpec] = {
@@ -68,8 +78,16 @@ SPECS: dict[str, ImageSpec] = {
     "worker": ImageSpec("worker", "Dockerfile.compile", "worker", ("pytest>=8.2",)),
     "worker-gpu": ImageSpec("worker-gpu", "Dockerfile.execute", "gpu", ("pytest>=8.2",)),
     "redis": ImageSpec("redis", None, "redis"),
+    # The kernelbench stages: about 6 GB more each, so built only when asked for.
+    "worker-kernels": ImageSpec(
+        "worker-kernels", "Dockerfile.compile-kernels", "worker", parent="worker", locks=("torch", "nvcc")
+    ),
+    "worker-gpu-kernels": ImageSpec(
+        "worker-gpu-kernels", "Dockerfile.execute-kernels", "gpu", parent="worker-gpu", locks=("torch",)
+    ),
 }
 DEFAULT_KINDS = ("service", "worker", "worker-gpu")
+KERNELS = REPO / "sandbox" / "kernels"
 
 
 def app_version() -> str:
@@ -310,6 +328,16 @@ def _manylinux_platforms() -> list[str]:
     return [*plats, "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
 
 
+def _platform_args(pyver: str) -> list[str]:
+    """pip's target-interpreter flags for binary wheels of CPython `pyver` on a glibc x86_64 base."""
+    plats = [x for p in _manylinux_platforms() for x in ("--platform", p)]
+    nodot = "".join(pyver.split(".")[:2])
+    return [
+        "--only-binary=:all:", "--implementation", "cp", "--python-version", pyver,
+        "--abi", f"cp{nodot}", "--abi", "abi3", "--abi", "none", *plats,
+    ]  # fmt: skip
+
+
 def _marker_gaps(wheel_dir: Path, pyver: str) -> list[str]:
     """Requirements of the wheels in `wheel_dir` that apply on CPython `pyver` but not on the host.
 
@@ -365,14 +393,9 @@ def ensure_wheels(pyver: str) -> tuple[Path, Path]:
             if gaps:
                 subprocess.run([*pip, "wheel", "--wheel-dir", str(dep_dir), *gaps], check=True)
         else:
-            plats = [x for p in _manylinux_platforms() for x in ("--platform", p)]
-            nodot = "".join(pyver.split(".")[:2])
             subprocess.run(
-                [*pip, "download", "--dest", str(dep_dir), "--only-binary=:all:", "--implementation", "cp",
-                 "--python-version", pyver, "--abi", f"cp{nodot}", "--abi", "abi3", "--abi", "none",
-                 *plats, *reqs],
-                check=True,
-            )  # fmt: skip
+                [*pip, "download", "--dest", str(dep_dir), *_platform_args(pyver), *reqs], check=True
+            )
         (dep_dir / ".complete").write_text("\n".join(reqs))
     src_dir = CACHE / "wheels" / f"distrs-{source_hash()[:16]}"
     if not (src_dir / ".complete").exists():
@@ -409,8 +432,170 @@ def _stage_wheels(dep_dir: Path, src_dir: Path) -> None:
     _link_all(sorted(src_dir.glob("*.whl")), stage / "project")
 
 
+# ---- kernel images: pinned torch / CUDA wheels -------------------------------------------------
+
+
+def _resolve(requirements: Sequence[str], pyver: str) -> dict[str, tuple[str, str, str]]:
+    """name -> (version, file name, sha256) of the wheels pip picks for `requirements` on `pyver`.
+
+    pip's own resolver (`install --dry-run --report`) for the target interpreter and platform;
+    nothing is installed.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        subprocess.run(
+            [sys.executable, "-m", "pip", "-q", "install", "--dry-run", "--ignore-installed",
+             "--report", str(report), "--target", str(Path(tmp) / "t"), *_platform_args(pyver),
+             *requirements],
+            check=True,
+        )  # fmt: skip
+        items = json.loads(report.read_text())["install"]
+    out = {}
+    for item in items:
+        info = item["download_info"]
+        digest = (info.get("archive_info") or {}).get("hashes", {}).get("sha256")
+        if not digest:
+            raise SystemExit(f"{info['url']}: the index gave no sha256")
+        name = item["metadata"]["name"].lower().replace("_", "-")
+        out[name] = (item["metadata"]["version"], info["url"].rsplit("/", 1)[-1], digest)
+    return out
+
+
+def _lock_text(title: str, pyver: str, pins: dict[str, tuple[str, str, str]]) -> str:
+    lines = [
+        f"# {title}",
+        f"# CPython {pyver}, manylinux x86_64. Written by `scripts/build_images.py --lock-kernels`.",
+    ]
+    for name in sorted(pins):
+        version, _, digest = pins[name]
+        lines.append(f"{name}=={version} --hash=sha256:{digest}")
+    return "\n".join(lines) + "\n"
+
+
+def lock_kernels(pyver: str = "3.11") -> None:
+    """Re-resolve sandbox/kernels/{torch,nvcc}.txt from their .in files, with sha256 hashes.
+
+    torch.txt: the `kernels` extra (torch, ninja and everything they need), installed in both
+    kernel images. nvcc.txt: what the compile image adds for building (nvcc, its front end, the
+    CUDA and CCCL headers), resolved together with torch so its versions are the CUDA toolkit
+    release torch was built against, and holding only what torch.txt lacks.
+    """
+    torch_in = _requirement_lines(KERNELS / "torch.in")
+    nvcc_in = _requirement_lines(KERNELS / "nvcc.in")
+    torch = _resolve(torch_in, pyver)
+    both = _resolve([*torch_in, *nvcc_in], pyver)
+    for name, pin in torch.items():
+        if both.get(name) != pin:
+            raise SystemExit(f"{name}: torch alone resolves to {pin[0]}, with nvcc to {both.get(name)}")
+    nvcc = {k: v for k, v in both.items() if k not in torch}
+    (KERNELS / "torch.txt").write_text(_lock_text("The `kernels` extra: both kernel images.", pyver, torch))
+    (KERNELS / "nvcc.txt").write_text(
+        _lock_text("nvcc and the CUDA headers: the compile image only.", pyver, nvcc)
+    )
+    for f in ("torch.txt", "nvcc.txt"):
+        _log(f"wrote sandbox/kernels/{f}")
+
+
+def _requirement_lines(path: Path) -> list[str]:
+    """The requirements of a pip requirements file, comments and blank lines dropped."""
+    lines = (ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines())
+    return [ln for ln in lines if ln]
+
+
+def _lock_python(lock: Path) -> str:
+    m = re.search(r"^# CPython (\d+\.\d+),", lock.read_text(), re.M)
+    if not m:
+        raise SystemExit(f"{lock}: no '# CPython X.Y' line; regenerate with --lock-kernels")
+    return m.group(1)
+
+
+def kernel_locks_key() -> str:
+    """The hash of every kernel lock file: what the kernel wheel set is, named by content."""
+    files = sorted(KERNELS.glob("*.txt"))
+    return _sha(x for f in files for x in (f.name, f.read_bytes()))[:16]
+
+
+def ensure_kernel_wheels(locks: Sequence[str], pyver: str) -> Path:
+    """The wheelhouse of the given lock files (all of them: one set per machine), downloaded once.
+
+    Named by the hash of every lock file, whose lines carry each wheel's sha256: the directory is
+    content-addressed, and pip checks every file against its hash (`--require-hashes`). pip's
+    HTTP cache is used as usual, so a machine that installed the extra fetches nothing again.
+    """
+    files = sorted(KERNELS.glob("*.txt"))
+    for name in locks:
+        want = _lock_python(KERNELS / f"{name}.txt")
+        if not pyver.startswith(want + "."):
+            raise SystemExit(
+                f"sandbox/kernels/{name}.txt is for CPython {want}, the base has {pyver}: "
+                "run scripts/build_images.py --lock-kernels"
+            )
+    out = CACHE / "wheels" / f"kernels-{kernel_locks_key()}"
+    if (out / ".complete").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    _log(f"kernel wheelhouse {out.name}: downloading the pinned torch and CUDA wheels (~3 GB, once)")
+    t0 = time.monotonic()
+    reqs = [x for f in files for x in ("-r", str(f))]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "-q", "download", "--no-deps", "--require-hashes", "--dest", str(out),
+         *_platform_args(pyver), *reqs],
+        check=True,
+    )  # fmt: skip
+    for old in out.parent.glob("kernels-*"):  # superseded wheel sets
+        if old != out:
+            shutil.rmtree(old, ignore_errors=True)
+    (out / ".complete").write_text("")
+    _log(f"kernel wheelhouse: {sum(p.stat().st_size for p in out.glob('*.whl')) >> 20} MiB "
+         f"in {time.monotonic() - t0:.0f} s")  # fmt: skip
+    return out
+
+
+def _stage_kernel_wheels(wheels: Path) -> None:
+    """build/wheels/kernels: the wheelhouse and the lock files, bound into the build (RUN --mount)."""
+    stage = REPO / "build" / "wheels"
+    shutil.rmtree(stage, ignore_errors=True)
+    _link_all(sorted(wheels.glob("*.whl")), stage / "kernels")
+    for f in KERNELS.glob("*.txt"):
+        shutil.copyfile(f, stage / "kernels" / f.name)
+
+
+def build_kernels(tool: Tool, spec: ImageSpec, registry: str, tag: str, force: bool = False) -> str:
+    """A kernel image: its parent (the stage's worker image) plus the locked wheel sets."""
+    assert spec.parent is not None and spec.dockerfile is not None
+    parent = build_one(tool, SPECS[spec.parent], registry, tag, force=False)
+    image = image_name(spec.kind, registry, tag)
+    pyver = base_python(tool, ensure_base(tool, spec.packages))
+    dockerfile = REPO / "sandbox" / spec.dockerfile
+    key = _sha(
+        [
+            tool.image_id(parent) or parent,
+            dockerfile.read_bytes(),
+            *(x for n in spec.locks for x in (n, (KERNELS / f"{n}.txt").read_bytes())),
+        ]
+    )[:32]
+    if not force and tool.label(image, KEY_LABEL) == key:
+        _log(f"{image}: up to date")
+        return image
+    wheels = ensure_kernel_wheels(spec.locks, pyver)
+    _stage_kernel_wheels(wheels)
+    _log(f"{image}: building from {parent}")
+    t0 = time.monotonic()
+    tool.build(
+        dockerfile,
+        image,
+        {"BASE_IMAGE": parent, "LOCKS": " ".join(f"{n}.txt" for n in spec.locks), "WHEELS": wheels.name},
+        {KEY_LABEL: key, "org.opencontainers.image.version": tag},
+    )
+    _log(f"{image}: built in {time.monotonic() - t0:.0f} s")
+    return image
+
+
 def build_one(tool: Tool, spec: ImageSpec, registry: str, tag: str, force: bool = False) -> str:
     """Build (or find up to date) one image; returns its name."""
+    if spec.parent is not None:
+        return build_kernels(tool, spec, registry, tag, force)
     image = image_name(spec.kind, registry, tag)
     base = ensure_base(tool, spec.packages)
     if spec.dockerfile is None:  # the base as it is, under the image's name
@@ -477,7 +662,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--registry", default=REGISTRY, help="name prefix (default %(default)s)")
     ap.add_argument("--tag", default=None, help="tag (default: the chart's appVersion)")
     ap.add_argument("--force", action="store_true", help="rebuild images even when up to date")
+    ap.add_argument(
+        "--lock-kernels", action="store_true", help="re-resolve sandbox/kernels/*.txt from *.in and exit"
+    )
     a = ap.parse_args(argv)
+    if a.lock_kernels:
+        lock_kernels()
+        return
     t0 = time.monotonic()
     tool = pick_tool()
     built = build(a.kinds, tool=tool, registry=a.registry, tag=a.tag, force=a.force)

@@ -54,15 +54,19 @@ together:
   ``uexpiry``, ``utotals``), written by the store's Python code after the script that changed the state, so
   they never have to share a slot with a task.
 * **global** ``{ns}``: ``seq`` (taken with INCRBY before a submit script and passed in, so queue
-  members still carry one deployment-wide arrival order), ``events``, ``spans`` and the task
-  registry ``tasks`` (task -> last registration time: which task queues a lease reads and which
-  slots the reaper and the snapshot visit). No script touches a global key in cluster mode:
-  the scripts hand their events and finished spans back, and the store appends them right
-  after (a proxy that dies in between loses planner hints, never work).
+  members still carry one deployment-wide arrival order), ``events``, ``spans``, the task
+  registry ``tasks`` (task -> last registration time: which slots the reaper and the snapshot
+  visit) and the per-stage ready index ``ready:S`` (task -> generation from ``readygen``: the
+  tasks whose stage-S queue may hold work, redis/ready.py). No script of a transition touches a
+  global key in cluster mode: the scripts hand their events and finished spans back, and the
+  store appends them (and marks the ready index) right after (a proxy that dies in between
+  loses planner hints, never work; a lost mark is repaired by the expiry sweep).
+* **fence** ``{tag}:fence``, never written: the scripts read it with their first key to stop
+  before any write while their slot is being migrated (``redis/scripts.py``).
 
-A lease reads the heads of its stage's task queues (``ZRANGE q 0 0`` per task, pipelined per
-shard) and takes from the earliest by (T, arrival sequence): the same order one queue would
-give (docs/store.md, "Cluster").
+A lease reads the heads of its stage's queues of the tasks marked ready (``ZRANGE q 0 0`` per
+task, pipelined per shard) and takes from the earliest by (T, arrival sequence): the same order
+one queue would give (docs/store.md, "Cluster").
 """
 
 from __future__ import annotations
@@ -144,6 +148,14 @@ class Keys:
     def tasks(self) -> str:
         """Cluster registry: zset task -> last registration time."""
         return f"{self._p}:tasks"
+
+    def ready(self, stage: str) -> str:
+        """Cluster ready index of a stage: zset task -> generation of its latest mark."""
+        return f"{self._p}:ready:{_part(stage)}"
+
+    def ready_gen(self) -> str:
+        """Cluster: the counter the ready marks take their generations from."""
+        return f"{self._p}:readygen"
 
     def unused(self, slot: int | None) -> str:
         """A key in ``slot`` that no script writes: fills the script KEYS positions of the global
@@ -236,6 +248,16 @@ class Keys:
 
     def lease(self, lease_id: str) -> str:
         return f"{self._slot_p(self.lease_slot(lease_id))}:lease:{_part(lease_id)}"
+
+    def fence(self, key: str) -> str:
+        """Cluster mode: a key that is never written, in the slot of ``key`` (its hash tag).
+
+        Every script reads it together with its first key before anything else (the prelude in
+        ``redis/scripts.py``): Redis answers a multi-key read that misses a key in a slot being
+        migrated with an error, so a script in a moving slot stops before its first write."""
+        if not key.startswith("{") or "}" not in key:
+            raise ValueError(f"key {key!r} has no hash tag")
+        return key[: key.index("}") + 1] + ":fence"
 
     def all_patterns(self) -> list[str]:
         """SCAN patterns covering every key of the namespace (ops tooling and tests)."""

@@ -280,12 +280,15 @@ def start_system(
     seccomp_profiles: dict[str, Path] | None = None,
     ready_timeout: float = 180,
     wait_workers: bool = True,
+    host_mounts: dict[str, list[tuple[Path, str]]] | None = None,
 ) -> System:
     """Render the chart with `values` and start the release; `stop()` removes everything.
 
     `images`: kind -> image (service, worker, worker-gpu, redis), set as the chart's image values.
     `seccomp_profiles`: extra files for the kubelet seccomp root, relative path -> source file.
     `wait_workers=False` returns once Redis and the proxy are ready (for workers expected unready).
+    `host_mounts`: stage -> [(host directory, container path)], writable binds into that stage's
+    workers (a node's disk that outlives the release, e.g. a build cache kept across runs).
     """
     from tests.integration.k8s.kube_standin import KubeStandIn
 
@@ -307,7 +310,17 @@ def start_system(
     cleanup.append(lambda: shutil.rmtree(work, ignore_errors=True))
     system = System("", "", "", "", {}, {}, objs, None, podman, cleanup)
     try:
-        _start(system, objs, podman, work, seccomp_profiles or {}, ready_timeout, KubeStandIn, wait_workers)
+        _start(
+            system,
+            objs,
+            podman,
+            work,
+            seccomp_profiles or {},
+            ready_timeout,
+            KubeStandIn,
+            wait_workers,
+            host_mounts or {},
+        )
     except BaseException:
         system.stop()
         raise
@@ -323,6 +336,7 @@ def _start(
     ready_timeout: float,
     standin_cls: Any,
     wait_workers: bool,
+    host_mounts: dict[str, list[tuple[Path, str]]],
 ) -> None:
     secrets_ = {o["metadata"]["name"]: podspec.secret_data(o) for o in objs if o["kind"] == "Secret"}
     configmaps = {o["metadata"]["name"]: podspec.configmap_data(o) for o in objs if o["kind"] == "ConfigMap"}
@@ -427,6 +441,7 @@ def _start(
             hosts=hosts,
             extra_env=extra_env,
             extra_mounts=extra_mounts,
+            host_mounts=host_mounts.get(c.stage or "", []) if c.component == "worker" else [],
         )
         plans.append((c, podspec.plan_pod(c.pod, pod, None, cluster, c.ip, container_name=c.name)))
     for c, plan in plans:

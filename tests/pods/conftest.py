@@ -21,6 +21,20 @@ from tests.requirements import need
 KINDS = ("service", "worker", "worker-gpu", "redis")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The kernel-images tier runs only when asked for (deselected, not skipped, otherwise).
+
+    Its images are built FROM the worker images, so every source change rebuilds them (about 11
+    minutes here, on top of the test's own CUDA build) and `make test` would outgrow its budget;
+    `make test-kernel-images` runs it."""
+    if config.getoption("--kernel-images", default=False):  # declared in the root conftest.py
+        return
+    keep = [it for it in items if it.get_closest_marker("kernel_images") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[it for it in items if it not in keep])
+        items[:] = keep
+
+
 def _unavailable(reason: str) -> None:
     need("pod runtime", "the pod-runtime tier starts containers", found=False, detail=reason)
 
@@ -53,7 +67,7 @@ def pod_images(pod_tool: build_images.Tool) -> dict[str, str]:
 
 @pytest.fixture
 def pod_system(pod_tool: build_images.Tool, pod_images: dict[str, str]) -> Iterator[Callable[..., System]]:
-    """Factory: `pod_system(values, seccomp_profiles=None, wait_workers=True)` starts a release.
+    """Factory: `pod_system(values, seccomp_profiles=None, wait_workers=True, host_mounts=None)` starts a release.
 
     Returns the `System` handles (proxy URL, tokens, `workers` by stage, `logs(name)`,
     `ready(name)`, `stop()`); every release started is stopped after the test.
@@ -61,10 +75,18 @@ def pod_system(pod_tool: build_images.Tool, pod_images: dict[str, str]) -> Itera
     started: list[System] = []
 
     def start(
-        values: dict[str, Any], seccomp_profiles: dict[str, Path] | None = None, wait_workers: bool = True
+        values: dict[str, Any],
+        seccomp_profiles: dict[str, Path] | None = None,
+        wait_workers: bool = True,
+        host_mounts: dict[str, list[tuple[Path, str]]] | None = None,
     ) -> System:
         s = start_system(
-            values, pod_images, pod_tool.env, seccomp_profiles=seccomp_profiles, wait_workers=wait_workers
+            values,
+            pod_images,
+            pod_tool.env,
+            seccomp_profiles=seccomp_profiles,
+            wait_workers=wait_workers,
+            host_mounts=host_mounts,
         )
         started.append(s)
         return s

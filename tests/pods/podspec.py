@@ -82,6 +82,8 @@ class Cluster:
     hosts: dict[str, str]  # DNS name -> IP (the Services)
     extra_env: dict[str, str] = dataclasses.field(default_factory=dict)  # KUBERNETES_SERVICE_*
     extra_mounts: list[tuple[Path, str]] = dataclasses.field(default_factory=list)  # read-only binds
+    # Writable host directories (a node's disk a test keeps across runs, e.g. a build cache).
+    host_mounts: list[tuple[Path, str]] = dataclasses.field(default_factory=list)
 
 
 def _env(container: dict[str, Any], pod_name: str, cluster: Cluster) -> dict[str, str]:
@@ -279,6 +281,8 @@ def plan_pod(
         args += ["--volume", f"{src}:{vm['mountPath']}:{'ro' if ro else 'rw'}"]
     for host_path, target in cluster.extra_mounts:
         args += ["--volume", f"{host_path}:{target}:ro"]
+    for host_path, target in cluster.host_mounts:
+        args += ["--volume", f"{host_path}:{target}:rw"]
 
     if c.get("workingDir"):
         args += ["--workdir", c["workingDir"]]

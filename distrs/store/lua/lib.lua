@@ -214,6 +214,19 @@ end
 -- artifacts, attempt, deadline}.
 local function take_head(qkey, leases_key, lkey, now, ttl, worker, lease_id, stage, holder)
   now = tonumber(now)
+  -- A lease id is taken once. The same script can run twice with the same ids: a client that
+  -- lost the connection before the reply sends it again (redis-py's cluster client does, after
+  -- a reconnect). The second run answers the lease the first one took instead of taking another
+  -- request under the same key, which would strand the first request as running with no lease.
+  local held = redis.call('HMGET', lkey, 'request_id', 'task', 'batch_id', 'attempt', 'deadline',
+    'k_req', 'holder')
+  if held[1] then
+    if held[7] ~= holder then
+      return false
+    end
+    local r = redis.call('HMGET', held[6], 'reward_type', 'payload', 'artifacts')
+    return {held[1], held[2], held[3], r[1], r[2], r[3], tonumber(held[4]), held[5]}
+  end
   while true do
     if CLUSTER and CLUSTER.bound ~= '' and not before_bound(qkey) then
       return false

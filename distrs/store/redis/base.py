@@ -41,6 +41,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    MovedError,
     NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
@@ -58,7 +59,7 @@ from distrs.core.model import BatchInfo, Lease, RequestRecord
 from distrs.core.priority import QueuePolicy
 from distrs.store import errors
 from distrs.store.keys import EVENTS_MAXLEN, Keys, slot_tags
-from distrs.store.redis.cluster import TaskRegistry
+from distrs.store.redis.cluster import ReadyCopy, TaskRegistry
 from distrs.store.redis.scripts import SCRIPTS, ScriptBatcher, load_script_source
 from distrs.store.redis.wake import Waker
 from distrs.store.redis_client import connect, connect_cluster
@@ -120,6 +121,9 @@ _TRANSIENT = {
 TOPOLOGY_REFRESH_S = 0.25
 # Cluster mode: how long acknowledged writes to a primary that was short of replicas skip WAIT.
 SHORT_OF_REPLICAS_S = 5.0
+# Cluster mode: tries of an acknowledged transition (script + WAIT) while its slot moves, about
+# 3 s in all with the backoff; then the call answers 503.
+SLOT_MOVING_ROUNDS = 10
 
 
 def num(x: float) -> str:
@@ -163,7 +167,9 @@ class RedisBase:
         self._lease_cache: OrderedDict[str, Lease] = OrderedDict()
         self._topology_read_at = float("-inf")
         self._short_of_replicas: dict[str, float] = {}  # cluster: primary -> skip WAIT until
-        self._tasks = TaskRegistry()  # cluster mode: which task queues a lease reads
+        self._tasks = TaskRegistry()  # cluster mode: the registered tasks (reaper, snapshot)
+        self._ready_copies: dict[str, ReadyCopy] = {}  # cluster: stage -> ready index (ready.py)
+        self._repaired_at = float("-inf")  # cluster: last repair of the ready index
         self._lease_tasks: OrderedDict[str, str] = OrderedDict()  # cluster: lease id -> task
         self._lease_prefix = uuid.uuid4().hex[:16]
         self._lease_counter = itertools.count(1)
@@ -301,7 +307,7 @@ class RedisBase:
         transition the caller is told succeeded (``acked``) waits for its replicas (``_replicated``)."""
         script = self._scripts[name]
         if self.cluster:
-            args = [seq, bound, *args]
+            args = [seq, bound, self.keys.fence(keys[0]), *args]
         if self.cluster and acked and self.settings.redis_wait_replicas > 0:
             out = await self._call(lambda: self._replicated(script, keys, args))
         elif self._batcher is not None:
@@ -332,13 +338,19 @@ class RedisBase:
         now = asyncio.get_running_loop().time()
         if self._short_of_replicas.get(node.name, 0.0) > now:  # see below: do not wait in vain
             return await script(keys=keys, args=args)
-        for command in ("EVALSHA", "EVAL"):  # EVAL (which also caches it) when the node lacks it
-            code = script.sha if command == "EVALSHA" else script.script
-            async with self._r.pipeline(transaction=False) as p:
-                p.execute_command(command, code, len(keys), *keys, *args)
-                p.execute_command("WAIT", want, timeout_ms, target_nodes=node)
-                out, acked = await p.execute(raise_on_error=False)
-            if not isinstance(out, NoScriptError):
+        out: Any = None
+        acked: Any = None
+        for attempt in range(SLOT_MOVING_ROUNDS):
+            if attempt:
+                # the slot is moving (the script's fence refused, scripts.py) or has just moved:
+                # nothing was written; script and WAIT go again, together, to the slot's primary
+                if isinstance(out, MovedError):
+                    with contextlib.suppress(Exception):
+                        await self._r.nodes_manager.initialize()
+                await asyncio.sleep(min(0.05 * 1.5**attempt, 0.5))
+                node = self._r.get_node_from_key(keys[0])
+            out, acked = await self._script_then_wait(node, script, keys, args, want, timeout_ms)
+            if not isinstance(out, TryAgainError | AskError | MovedError):
                 break
         if isinstance(out, BaseException):
             raise out
@@ -353,6 +365,24 @@ class RedisBase:
                 acked, want, node.name, timeout_ms, SHORT_OF_REPLICAS_S,
             )  # fmt: skip
         return out
+
+    async def _script_then_wait(
+        self, node: Any, script: AsyncScript, keys: list[str], args: list[Any], want: int, timeout_ms: int
+    ) -> tuple[Any, Any]:
+        """One pipeline to ``node``: the script, then WAIT on the same connection. Redirections
+        are not followed here (``_replicated`` retries both): a script redirected alone would be
+        followed by a WAIT on another connection, one that counts nothing of it."""
+        out: Any = None
+        acked: Any = None
+        for command in ("EVALSHA", "EVAL"):  # EVAL (which also caches it) when the node lacks it
+            code = script.sha if command == "EVALSHA" else script.script
+            async with self._r.pipeline(transaction=False) as p:
+                p.execute_command(command, code, len(keys), *keys, *args)
+                p.execute_command("WAIT", want, timeout_ms, target_nodes=node)
+                out, acked = await p.execute(raise_on_error=False, allow_redirections=False)
+            if not isinstance(out, NoScriptError):
+                break
+        return out, acked
 
     async def _known_tasks(self, fresh: bool = False) -> list[str]:
         """Cluster mode: the registered tasks (this process's copy, read again when stale)."""

@@ -12,10 +12,11 @@ import orjson
 from distrs.core.history import SPAN_SAMPLES, SpanSample, prior_span
 from distrs.core.model import BatchInfo, RequestRecord
 from distrs.store.base import NewRequest, SubmitOutcome
-from distrs.store.redis.base import RedisBase, num, pairs
+from distrs.store.redis.base import num, pairs
+from distrs.store.redis.ready import ReadyOps
 
 
-class BatchOps(RedisBase):
+class BatchOps(ReadyOps):
     """``register_batch``, ``get_batch``, ``submit``, ``get_request`` (QueueStore)."""
 
     async def _prior_span(self, reward_type: str | None, now: float) -> float:
@@ -111,7 +112,8 @@ class BatchOps(RedisBase):
     async def _submit_per_task(self, requests: list[NewRequest], now: float) -> SubmitOutcome:
         """Cluster mode: one submit script per task (each task is its own slot), all or nothing
         per task. The arrival sequences come from one INCRBY of the global counter, so queue
-        members keep one deployment-wide order. When one task's part fails the others may have
+        members keep one deployment-wide order; the tasks are then marked in the stages' ready
+        index. When one task's part fails the others may have
         landed; the error is raised and a retry of the whole call finds them as duplicates."""
         k = self.keys
         by_task: dict[str, list[tuple[int, NewRequest]]] = {}
@@ -139,6 +141,8 @@ class BatchOps(RedisBase):
             )
             base += len(reqs)
         results = await asyncio.gather(*(c for c, _ in calls), return_exceptions=True)
+        # the queues that may have gained work, into the ready index (ready.py), failed parts too
+        await self._mark_ready((r.first_stage, r.task) for r in requests)
         flags: list[tuple[int, NewRequest, int]] = []
         for res, (_, order) in zip(results, calls, strict=True):
             if isinstance(res, BaseException):

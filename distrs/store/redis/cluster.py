@@ -2,8 +2,9 @@
 slots (``DISTRS_REDIS_MODE=cluster``; key grouping in ``keys.py``).
 
 One stage queue per task instead of one per stage, so a lease must find the earliest work
-across tasks itself. It reads the head of its stage's queue of every registered task
-(``ZRANGE q 0 0 WITHSCORES``; one pipeline, which redis-py sends to every shard at once), orders
+across tasks itself. It reads the head of its stage's queue of every task marked in the stage's
+ready index (ready.py: the tasks that may have work there; ``ZRANGE q 0 0 WITHSCORES``; one
+pipeline, which redis-py sends to every shard at once), orders
 them by (score, arrival sequence), the order one queue would give, and takes from the first
 with the second's head as a *bound*: the script takes only while its queue's head comes before
 the bound (``lib.lua before_bound``), then the lease moves on to the next task (a bundle may take
@@ -14,10 +15,10 @@ So the order is exact up to what changes between the read of the heads and the s
 round trip: work submitted in that window with an earlier T, or heads taken concurrently (then
 the next round re-reads). docs/store.md, "Cluster", states the bound.
 
-The task registry (``keys.tasks()``) says which task queues to read; each process keeps a copy
-for ``REGISTRY_TTL_S`` and reads it again at once when a lease finds nothing, so a task
-registered by another process is never missed by an idle worker, and at worst ranked late for
-that long while there is other work.
+Each process keeps a copy of a stage's ready index (and of the task registry ``keys.tasks()``,
+which the expiry sweep and the snapshot read) for ``REGISTRY_TTL_S`` and reads it again at once
+when a lease finds nothing, so a task marked by another process is never missed by an idle
+worker, and at worst ranked late for that long while there is other work.
 """
 
 from __future__ import annotations
@@ -71,3 +72,18 @@ class TaskRegistry:
 
     def add(self, task: str) -> None:
         self.tasks.add(task)
+
+
+class ReadyCopy:
+    """This process's copy of one stage's ready index: task -> generation (ready.py)."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, int] = {}
+        self.read_at = float("-inf")
+
+    def stale(self) -> bool:
+        return time.monotonic() - self.read_at > REGISTRY_TTL_S
+
+    def replace(self, tasks: dict[str, int]) -> None:
+        self.tasks = tasks
+        self.read_at = time.monotonic()

@@ -12,8 +12,9 @@ import orjson
 from distrs.core.model import Lease, Result, Status
 from distrs.store import errors
 from distrs.store.base import CompleteOutcome, CompletionItem
-from distrs.store.redis.base import RedisBase, num, pairs
+from distrs.store.redis.base import num, pairs
 from distrs.store.redis.cluster import LEASE_ROUNDS, bound_of, by_slot, order_heads
+from distrs.store.redis.ready import ReadyOps
 
 T = TypeVar("T")
 
@@ -23,7 +24,7 @@ LEASE_CACHE_SIZE = 4096
 REQUEUE_CHUNK = 200
 
 
-class LeaseOps(RedisBase):
+class LeaseOps(ReadyOps):
     """``lease``, ``lease_many``, ``get_lease``, ``heartbeat(_many)``, ``complete(_many)``,
     ``release``, ``requeue_expired``, ``wait_for_work`` (QueueStore)."""
 
@@ -70,13 +71,16 @@ class LeaseOps(RedisBase):
     async def _lease_across_tasks(
         self, stage: str, worker_id: str, now: float, ttl_s: float, k: int, holder: str
     ) -> list[Lease]:
-        """Cluster mode: up to ``k`` leases in EBF order across the task queues (cluster.py)."""
+        """Cluster mode: up to ``k`` leases in EBF order across the task queues marked ready in
+        ``stage`` (cluster.py, ready.py)."""
         keys = self.keys
         got: list[Lease] = []
         fresh = False
         for rnd in range(LEASE_ROUNDS):
-            tasks = await self._known_tasks(fresh)
-            heads = await self._heads(stage, tasks)
+            ready = await self._ready_tasks(stage, fresh)
+            heads, empty = await self._heads(stage, sorted(ready))
+            if empty:
+                await self._prune_ready(stage, {t: ready[t] for t in empty})
             if not heads:
                 if fresh:
                     break
@@ -100,10 +104,11 @@ class LeaseOps(RedisBase):
                     return got
         return got
 
-    async def _heads(self, stage: str, tasks: list[str]) -> list[tuple[float, str, str]]:
-        """The head of ``stage``'s queue of each task, earliest first (one pipeline)."""
+    async def _heads(self, stage: str, tasks: list[str]) -> tuple[list[tuple[float, str, str]], list[str]]:
+        """The head of ``stage``'s queue of each task, earliest first (one pipeline), and the
+        tasks whose queue was empty."""
         if not tasks:
-            return []
+            return [], []
 
         async def read() -> list[Any]:
             async with self._r.pipeline(transaction=False) as p:
@@ -111,25 +116,26 @@ class LeaseOps(RedisBase):
                     p.zrange(self.keys.queue(stage, t), 0, 0, withscores=True)
                 return list(await p.execute())
 
-        return order_heads(tasks, await self._call(read))
+        rows = await self._call(read)
+        return order_heads(tasks, rows), [t for t, h in zip(tasks, rows, strict=True) if not h]
 
     def _remember_task(self, lease_id: str, task: str) -> None:
         self._lease_tasks[lease_id] = task
         while len(self._lease_tasks) > LEASE_CACHE_SIZE:
             self._lease_tasks.popitem(last=False)
 
-    async def _next_queue(self, lease_id: str, next_stage: str | None) -> str | None:
-        """The queue a completion moves its request to (None when final). Cluster mode needs the
-        lease's task: remembered when this process handed the lease out, else read from it."""
+    async def _next_queue(self, lease_id: str, next_stage: str | None) -> tuple[str | None, str | None]:
+        """The queue a completion moves its request to (None when final) and, in cluster mode,
+        the lease's task: remembered when this process handed the lease out, else read from it."""
         if next_stage is None:
-            return None
+            return None, None
         if not self.cluster:
-            return self.keys.queue(next_stage)
+            return self.keys.queue(next_stage), None
         task = self._lease_tasks.pop(lease_id, None)
         if task is None:
             task = await self._call(lambda: self._r.hget(self.keys.lease(lease_id), "task"))
         # an unknown lease has no task: the script refuses it before touching the queue
-        return self.keys.queue(next_stage, task) if task else self.keys.lease(lease_id)
+        return (self.keys.queue(next_stage, task), task) if task else (self.keys.lease(lease_id), None)
 
     def _new_lease_id(self, slot: int | None = None) -> str:
         # unique across processes (random per-store prefix) without a urandom call per lease; in
@@ -243,7 +249,7 @@ class LeaseOps(RedisBase):
         lkey = k.lease(lease_id)
         slot = k.lease_slot(lease_id)
         self._lease_cache.pop(lease_id, None)  # finished (or refused: then Redis knows better)
-        qkey = await self._next_queue(lease_id, next_stage)
+        qkey, task = await self._next_queue(lease_id, next_stage)
         result_json, status = self._result_args(next_stage, result)
         out = await self._run(
             "complete",
@@ -272,6 +278,8 @@ class LeaseOps(RedisBase):
             ],
             acked=True,
         )
+        if next_stage and task:
+            await self._mark_ready([(next_stage, task)])
         return CompleteOutcome(request=self._request_from_hash(pairs(out[1])), batch_completed=bool(out[0]))
 
     async def heartbeat_many(
@@ -335,14 +343,19 @@ class LeaseOps(RedisBase):
         keys = [k.leases(slot), events, k.active(slot), k.stages(slot)]
         args: list[Any] = [num(now), holder, self._policy, *self._finish_args()]
         args += [k.work_channel(), k.result_channel(), len(items)]
+        moved: list[tuple[str, str]] = []  # (next stage, task): marked ready afterwards
         for it in items:
             self._lease_cache.pop(it.lease_id, None)
             lkey = k.lease(it.lease_id)
-            keys += [lkey, await self._next_queue(it.lease_id, it.next_stage) or lkey]
+            qkey, task = await self._next_queue(it.lease_id, it.next_stage)
+            keys += [lkey, qkey or lkey]
+            if it.next_stage and task:
+                moved.append((it.next_stage, task))
             args += [it.lease_id, num(it.run_s), it.outcome, it.next_stage or ""]
             args.append(orjson.dumps(it.artifacts).decode() if it.artifacts is not None else "")
             args += list(self._result_args(it.next_stage, it.result))
         rows = await self._run("complete_bundle", keys, args, acked=True)
+        await self._mark_ready(moved)
         out: list[CompleteOutcome | errors.StoreError] = []
         for row in rows:
             if row[0] == "ok":
@@ -365,13 +378,18 @@ class LeaseOps(RedisBase):
     async def release(self, lease_id: str, holder: str, now: float) -> str:
         k = self.keys
         slot = k.lease_slot(lease_id)
-        self._lease_cache.pop(lease_id, None)
-        self._lease_tasks.pop(lease_id, None)
-        return await self._run(
+        cached = self._lease_cache.pop(lease_id, None)
+        task = self._lease_tasks.pop(lease_id, None) or (cached.task if cached is not None else None)
+        stage: str = await self._run(
             "release",
             [k.lease(lease_id), k.leases(slot), k.stages(slot)],
             [num(now), holder, lease_id, self._policy, k.work_channel()],
         )
+        if task:
+            await self._mark_ready([(stage, task)])
+        else:
+            await self._mark_slot_ready([stage], slot)
+        return stage
 
     async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
         if not self.cluster:
@@ -389,6 +407,9 @@ class LeaseOps(RedisBase):
         heads = await self._call(expired_heads) if slots else []
         due = [s for s, h in zip(slots, heads, strict=True) if h]
         parts = await asyncio.gather(*(self._requeue_slot(s, now, max_attempts) for s in due))
+        for s, part in zip(due, parts, strict=True):  # requeued work: its tasks are ready again
+            await self._mark_slot_ready({stage for _, stage in part}, s)
+        await self._repair_ready(now)
         return [x for part in parts for x in part]
 
     async def _requeue_slot(self, slot: int | None, now: float, max_attempts: int) -> list[tuple[str, str]]:

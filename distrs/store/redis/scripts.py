@@ -5,6 +5,20 @@ says whether it runs on a cluster (``load_script_source``), registered with redi
 ``register_script`` (EVALSHA, reloaded after a Redis restart empties its script cache). Script
 calls issued in one event-loop tick travel as one pipeline (``ScriptBatcher``), which halves the
 client CPU per request lifecycle under load.
+
+Cluster mode, slot migrations: a script follows keys it was not given (the request a queue
+member names, the batch keys a request names). While its slot moves between primaries
+(``redis-cli --cluster reshard``, ``CLUSTER SETSLOT`` + ``MIGRATE``), such a key may already be
+on the other node. Redis 7 checks keys a script did not declare only when the script reaches
+them: on the source node the command fails mid-script and the writes before it stay (a lease
+could pop a queue entry and strand its request); on the target node, reached through ``ASK``, a
+single-key read of a key not moved yet answers nil as if it did not exist (the lease would drop
+the entry as a vanished request). Reading one by one the keys a script will touch can therefore
+not catch every case; a read of two keys can: in a migrating or importing slot Redis refuses a
+multi-key command that misses any of its keys. So every cluster script first reads its first key
+with the slot's fence (``Keys.fence``, never written) and, refused, answers ``TRYAGAIN`` before
+any write; redis-py's cluster client retries that, and the store answers 503 with Retry-After if
+the slot is still moving (tests/faults/test_cluster_migration.py).
 """
 
 from __future__ import annotations
@@ -28,16 +42,23 @@ SCRIPTS = (
     "complete_bundle",
     "release",
     "requeue_expired",
+    "mark_ready",
+    "prune_ready",
 )
 
 
 # Standalone: the scripts write the global keys themselves.
 _STANDALONE = "local CLUSTER = false\n"
-# Cluster: the first two ARGV are the caller's arrival-sequence base (submit) and lease bound
-# (lease, lease_bundle; '' = none); events and span samples the script produced come back with
-# its result as {result, {{type, ts, task, batch_id, data}, ...}, {span JSON, ...}}.
-_CLUSTER_HEAD = """local CLUSTER = {seq = table.remove(ARGV, 1), bound = table.remove(ARGV, 1), events = {},
-  spans = {}}
+# Cluster: the first three ARGV are the caller's arrival-sequence base (submit), lease bound
+# (lease, lease_bundle; '' = none) and the slot's fence key (see the module docstring); events
+# and span samples the script produced come back with its result as
+# {result, {{type, ts, task, batch_id, data}, ...}, {span JSON, ...}}.
+_CLUSTER_HEAD = """local CLUSTER = {seq = table.remove(ARGV, 1), bound = table.remove(ARGV, 1),
+  fence = table.remove(ARGV, 1), events = {}, spans = {}}
+local distrs_fenced = redis.pcall('EXISTS', KEYS[1], CLUSTER.fence)
+if type(distrs_fenced) == 'table' and distrs_fenced.err then
+  return redis.error_reply('TRYAGAIN slot of ' .. KEYS[1] .. ' is migrating')
+end
 """
 _CLUSTER_BODY = """local function distrs_body()
 %s

@@ -159,3 +159,91 @@ async def test_snapshot_and_stats_total_over_all_shards(
     assert stats["queues"] == {"compile": 5}
     assert stats["running"] == {"compile": 4}
     assert len(stats["active_batches"]) == 3
+
+
+def _zrange_calls(cluster: RedisCluster) -> int:
+    """ZRANGE calls on every primary since the last ``CONFIG RESETSTAT`` (INFO commandstats)."""
+    total = 0
+    for port in cluster.primaries():
+        for line in command(port, "INFO", "commandstats").splitlines():
+            if line.startswith("cmdstat_zrange:"):
+                total += int(line.split("calls=", 1)[1].split(",", 1)[0])
+    return total
+
+
+async def _lease_counting_zranges(
+    store: RedisStore, cluster: RedisCluster, now: float
+) -> tuple[list[str], int]:
+    for port in cluster.primaries():
+        command(port, "CONFIG", "RESETSTAT")
+    got = await store.lease("compile", "w", now, 30.0)
+    return [got.request_id] if got else [], _zrange_calls(cluster)
+
+
+async def test_idle_tasks_leave_the_ready_index_and_cost_a_lease_nothing(
+    store: RedisStore, redis_cluster: RedisCluster
+) -> None:
+    idle = [f"alice/idle-{i}" for i in range(200)]
+    for task in idle:
+        await store.register_batch(BatchInfo(tenant="alice", task=task, batch_id="b", size=1), 100.0)
+    await store.submit([req(task, "b", "r") for task in idle], 101.0)
+    leased = await store.lease_many("compile", "w", 102.0, 30.0, k=200)
+    assert len(leased) == 200
+    items = [
+        CompletionItem(lease_id=x.lease_id, result=Result(request_id="", status=Status.OK)) for x in leased
+    ]
+    assert all(
+        isinstance(o, CompleteOutcome) and o.batch_completed
+        for o in await store.complete_many(items, "w", 103.0)
+    )
+    assert await store.lease("compile", "w", 104.0, 30.0) is None  # reads the drained queues once
+    live = "alice/live"
+    await store.register_batch(BatchInfo(tenant="alice", task=live, batch_id="b", size=2), 105.0)
+    await store.submit([req(live, "b", "x0"), req(live, "b", "x1")], 106.0)
+
+    # this process and a fresh one (no copy of the index) each read the live task's head only
+    other = RedisStore.from_url(redis_cluster.url, store.settings, namespace=store.keys.ns)
+    await other.start()
+    try:
+        for s, rid in ((store, "x0"), (other, "x1")):
+            got, zranges = await _lease_counting_zranges(s, redis_cluster, 107.0)
+            assert got == [rid]
+            assert zranges <= 5, zranges  # the index, the live head; not 200 idle heads
+    finally:
+        await other.close()
+    assert len(await store._known_tasks(fresh=True)) == 201  # the registry keeps them all
+
+    # an idle task that gets work again is marked again and served
+    await store.register_batch(BatchInfo(tenant="alice", task=idle[7], batch_id="b2", size=1), 108.0)
+    await store.submit([req(idle[7], "b2", "again")], 109.0)
+    other = RedisStore.from_url(redis_cluster.url, store.settings, namespace=store.keys.ns)
+    await other.start()
+    try:
+        lease = await other.lease("compile", "w", 110.0, 30.0)
+    finally:
+        await other.close()
+    assert lease is not None and lease.request_id == "again"
+
+
+async def test_work_whose_ready_mark_was_lost_is_found_by_the_repair_pass(store: RedisStore) -> None:
+    task = "alice/lost-mark"
+    await store.register_batch(BatchInfo(tenant="alice", task=task, batch_id="b", size=1), 100.0)
+    await store.submit([req(task, "b", "r")], 101.0)
+    await store._r.delete(store.keys.ready("compile"))  # as if the mark never landed
+    store._ready_copies.clear()
+    assert await store.lease("compile", "w", 102.0, 30.0) is None
+    await store.requeue_expired(103.0, max_attempts=3)  # the expiry sweep repairs the index
+    lease = await store.lease("compile", "w", 104.0, 30.0)
+    assert lease is not None and lease.request_id == "r"
+
+
+async def test_an_unmark_read_before_a_newer_mark_leaves_the_task_marked(store: RedisStore) -> None:
+    task = "alice/marked"
+    await store._mark_ready([("compile", task)])
+    seen = (await store._ready_tasks("compile", fresh=True))[task]
+    await store._mark_ready([("compile", task)])  # work queued after the lease's look
+    await store._prune_ready("compile", {task: seen})
+    now = await store._ready_tasks("compile", fresh=True)
+    assert now[task] > seen  # still marked, with the newer generation
+    await store._prune_ready("compile", {task: now[task]})
+    assert task not in await store._ready_tasks("compile", fresh=True)

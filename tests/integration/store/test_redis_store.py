@@ -297,3 +297,27 @@ async def test_every_redis_failure_is_unavailable_never_a_crash(redis_server: Re
     finally:
         await store.flush_namespace()
         await store.close()
+
+
+async def test_a_lease_script_run_twice_takes_one_request(redis_server: RedisServer) -> None:
+    """A client that lost the reply sends the same lease script again (same lease ids): the
+    second run answers the lease the first took, and the next request stays queued."""
+    ns = f"replay-{uuid.uuid4().hex[:8]}"
+    store = await _store(redis_server.url, ns)
+    await store.register_batch(BatchInfo(task="t", batch_id="b", size=3), 100.0)
+    await store.submit([_req(f"r{i}") for i in range(3)], 101.0)
+    k = store.keys
+    ids = ["replayed-1", "replayed-2"]
+    keys = [k.queue("compile"), k.leases(), *(k.lease(i) for i in ids)]
+    args = [102.0, 30.0, "w", "compile", "w", *ids]
+    first = await store._run("lease_bundle", keys, args)
+    again = await store._run("lease_bundle", keys, args)
+    assert [row[0] for row in first] == ["r0", "r1"]
+    assert again == first
+    other = await store._run("lease_bundle", keys, [*args[:4], "someone-else", *ids])
+    assert other == []  # another holder's ids are never answered with this lease
+    nxt = await store.lease("compile", "w2", 103.0, 30.0)
+    assert nxt is not None and nxt.request_id == "r2"
+    assert await store.lease("compile", "w2", 103.0, 30.0) is None
+    await store.flush_namespace()
+    await store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from redis.crc import key_slot
 
 from distrs.store.keys import Keys, slot_tags
@@ -69,3 +70,18 @@ def test_heads_are_ordered_by_score_then_arrival_as_one_queue_would() -> None:
 
 def test_by_slot_keeps_input_order_per_slot() -> None:
     assert by_slot([3, None, 3, 1]) == {3: [0, 2], None: [1], 1: [3]}
+
+
+def test_the_fence_of_a_key_is_another_key_of_its_slot() -> None:
+    k = Keys("distrs", cluster=True)
+    task = "alice/gsm8k"
+    slot = k.slot_of(task)
+    assert slot is not None
+    lease_id = f"{slot:04x}abc1"
+    for key in (k.request(task, "r"), k.queue("compile", task), k.lease(lease_id), k.leases(slot)):
+        fence = k.fence(key)
+        assert fence != key and key_slot(fence.encode()) == slot
+    all_keys = [k.request(task, "r"), k.batch(task, "b"), k.owner(task), k.lease(lease_id), k.leases(slot)]
+    assert k.fence(k.request(task, "r")) not in all_keys
+    with pytest.raises(ValueError, match="no-tag"):
+        k.fence("no-tag")
