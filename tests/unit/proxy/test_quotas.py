@@ -13,6 +13,7 @@ import pytest
 
 from distrs.config import ProxySettings
 from distrs.proxy.app import create_app
+from distrs.proxy.quotas import Limits, limits_for
 from distrs.store.base import QueueStore
 from distrs.store.memory import MemoryStore
 from tests.unit.proxy.conftest import TOKENS, Clock
@@ -203,3 +204,15 @@ async def test_usage_is_shown_to_its_tenant_and_the_admin_and_never_on_open_metr
         scrape = (await client(None).get("/metrics")).text
         assert 'distrs_tenant_queued_requests{tenant="tenant-a"} 2.0' in scrape
         assert 'distrs_tenant_result_bytes{tenant="tenant-a"} 0.0' in scrape
+
+
+def test_quota_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTRS_TENANT_MAX_RESULT_BYTES", "100")
+    monkeypatch.setenv("DISTRS_TENANT_QUOTAS", '{"alice": {"max_queued": 5}, "bob": {"max_result_bytes": 0}}')
+    s = ProxySettings()
+    assert limits_for(s, "alice") == Limits(max_queued=5, max_result_bytes=100)
+    assert limits_for(s, "bob") == Limits(max_queued=0, max_result_bytes=0)
+    assert limits_for(s, "carol") == Limits(max_queued=0, max_result_bytes=100)
+    monkeypatch.setenv("DISTRS_TENANT_QUOTAS", '{"alice": {"max_queued": -1}}')
+    with pytest.raises(ValueError, match="max_queued"):
+        ProxySettings()
