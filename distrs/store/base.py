@@ -28,7 +28,7 @@ Semantics every implementation must keep:
   finished results still kept (they leave with their batch after ``result_ttl_s``). The proxy
   enforces quotas on it; an implementation may count approximately on the fast path, but with
   ``exact=True`` it recounts from the records themselves, and a quota refusal is decided only
-  on an exact count (docs/store.md, "Quotas").
+  on an exact count (docs/store.md, "Quotas per tenant").
 * All times are passed in (``now``); the store never reads a clock for decisions.
 """
 
@@ -232,7 +232,7 @@ class QueueStore(Protocol):
 
     async def tenant_usage(self, tenant: str, now: float, exact: bool = False) -> TenantUsage:
         """``tenant``'s usage at ``now``. Without ``exact`` it may be read from counters that a
-        crash can leave off (docs/store.md, "Quotas"); with it, recounted from the records."""
+        crash can leave off (docs/store.md, "Quotas per tenant"); with it, recounted from the records."""
         ...
 
     async def snapshot(self, now: float, finished_types: Collection[str] = ()) -> Snapshot:
