@@ -670,6 +670,19 @@ async def phase_store(redis_url: str, n: int, workers: int) -> dict[str, Any]:
     }
 
 
+def machine(version: list[str], load0: tuple[float, float, float]) -> dict[str, Any]:
+    """The machine a run measured: CPUs, platform, Python, Redis (from ``redis-server --version``
+    words) and the load average at the start and now."""
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "redis": next((v.split("=")[1] for v in version if v.startswith("v=")), "?"),
+        "load_average_at_start": load0,
+        "load_average_at_end": os.getloadavg(),
+    }
+
+
 def _machine_speed_us() -> float:
     """Time of ``sum(range(1000))`` in microseconds: puts this machine's CPU in context."""
     import timeit
@@ -962,15 +975,7 @@ async def _amain(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "proxy_load",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "redis": next((v.split("=")[1] for v in version if v.startswith("v=")), "?"),
-            "sum_range_1000_us": _machine_speed_us(),
-            "load_average_at_start": load0,
-            "load_average_at_end": os.getloadavg(),
-        },
+        "machine": {**machine(version, load0), "sum_range_1000_us": _machine_speed_us()},
         "appendfsync": args.appendfsync,
         "workers": args.workers,
         "targets": TARGETS,

@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -40,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from proxy_load import Http, Proxy, _redis_cpu_s, phase_throughput
+from proxy_load import Http, Proxy, _redis_cpu_s, machine, phase_throughput
 from redis.crc import key_slot
 
 # proxy_load put the repository root on sys.path
@@ -205,14 +204,7 @@ async def _amain(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "proxy_load_cluster",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "redis": next((v.split("=")[1] for v in version if v.startswith("v=")), "?"),
-            "load_average_at_start": load0,
-            "load_average_at_end": os.getloadavg(),
-        },
+        "machine": machine(version, load0),
         "appendfsync": "everysec",
         "requests": args.requests,
         "batch_size": args.batch_size,

@@ -22,6 +22,17 @@ def _redis_mode(value: str | None) -> str | None:
     return value
 
 
+# ``--redis-mode`` as distrs up, proxy and planner take it.
+RedisModeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-mode",
+        callback=_redis_mode,
+        help="standalone | cluster: Redis Cluster, --redis naming any seed node "
+        "(default: DISTRS_REDIS_MODE, else standalone).",
+    ),
+]
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="DistRS: elastic reward service for RLVR.")
 
 
@@ -39,15 +50,7 @@ def up(
     redis: Annotated[
         str | None, typer.Option("--redis", help="Redis URL; default: in-process memory store.")
     ] = None,
-    redis_mode: Annotated[
-        str | None,
-        typer.Option(
-            "--redis-mode",
-            callback=_redis_mode,
-            help="standalone | cluster: Redis Cluster, --redis naming any seed node "
-            "(default: DISTRS_REDIS_MODE, else standalone).",
-        ),
-    ] = None,
+    redis_mode: RedisModeOption = None,
     insecure: Annotated[bool, typer.Option(help="No tokens needed (local demos only).")] = False,
     config: Annotated[
         str | None, typer.Option("--config", help="Pipeline YAML (stages, reward types).")
@@ -92,15 +95,7 @@ def proxy(
     redis: Annotated[
         str | None, typer.Option("--redis", help="Redis URL (default: DISTRS_REDIS_URL).")
     ] = None,
-    redis_mode: Annotated[
-        str | None,
-        typer.Option(
-            "--redis-mode",
-            callback=_redis_mode,
-            help="standalone | cluster: Redis Cluster, --redis naming any seed node "
-            "(default: DISTRS_REDIS_MODE, else standalone).",
-        ),
-    ] = None,
+    redis_mode: RedisModeOption = None,
     insecure: Annotated[bool, typer.Option(help="No tokens needed (local demos only).")] = False,
     config: Annotated[str | None, typer.Option("--config", help="Pipeline YAML.")] = None,
     log_level: LogLevel = "info",
@@ -239,15 +234,7 @@ def planner(
     redis: Annotated[
         str | None, typer.Option("--redis", help="Redis URL (default: DISTRS_REDIS_URL).")
     ] = None,
-    redis_mode: Annotated[
-        str | None,
-        typer.Option(
-            "--redis-mode",
-            callback=_redis_mode,
-            help="standalone | cluster: Redis Cluster, --redis naming any seed node "
-            "(default: DISTRS_REDIS_MODE, else standalone).",
-        ),
-    ] = None,
+    redis_mode: RedisModeOption = None,
     policy: Annotated[str | None, typer.Option(help="distrs | history | static")] = None,
     actuator: Annotated[str | None, typer.Option(help="local | kubernetes")] = None,
     proxy: Annotated[str | None, typer.Option("--proxy", help="Proxy URL for local workers.")] = None,
