@@ -418,10 +418,11 @@ class LocalSandbox:
         """The zygote (``zygote.py``) of ``program``, a python source run by ``interpreter``
         (``-I -B``) with ``mounts``; started on first use and kept for this sandbox's life. None
         where this sandbox cannot fork requests from one: without uid switching (``pool``) and
-        session tmpfs, or with a bind under /tmp (a request's /tmp would hide it)."""
+        session tmpfs, or with /tmp itself bound (a request's /tmp would hide it; binds below /tmp
+        are put back over each request's /tmp, ``zygote_child.py``)."""
         if self._isolation != BWRAP or self._mode != privileges.POOL or not self._can_mount:
             return None
-        if any(p == "/tmp" or p.startswith("/tmp/") for p in (*mounts.ro_paths, JAIL_WORKDIR)):
+        if "/tmp" in mounts.ro_paths:
             return None
         key = (interpreter, program, mounts)
         with self._lock:
@@ -454,7 +455,11 @@ class LocalSandbox:
                 proc=self._settings.mount_proc,
                 zygote=True,
             )
-            cmd = jail_command([*argv, str(fd)], spec, limits=Limits(), env=default_env(None), mounts=mounts)
+            # read-only binds under /tmp, which each request's server puts back over its own /tmp
+            under_tmp = [p for p in mounts.ro_paths if p.startswith("/tmp/")]
+            cmd = jail_command(
+                [*argv, str(fd), *under_tmp], spec, limits=Limits(), env=default_env(None), mounts=mounts
+            )
             return subprocess.Popen(
                 cmd,
                 stdin=ctl,

@@ -74,6 +74,10 @@ SIOCSIFFLAGS = 0x8914
 IFF_UP = 1
 AT_FDCWD = -100
 SYS_MOVE_MOUNT = 429  # the same number on every architecture (the unified table from 5.1 on)
+SYS_OPEN_TREE = 428
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = 0o2000000
+AT_RECURSIVE = 0x8000
 MOVE_MOUNT_F_EMPTY_PATH = 4
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
@@ -152,14 +156,34 @@ def _read_line(fd):
     return buf[:-1]
 
 
+# Read-only binds of the zygote's jail that lie under /tmp (an interpreter's prefix in a checkout
+# under /tmp, say), from argv: the request's /tmp would hide them, so each is cloned before and put
+# back on top of it, as bubblewrap binds them after its /tmp.
+TMP_BINDS = []
+
+
+def _move(libc, fd, target):
+    _check(
+        libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
+        f"move_mount {target}",
+    )
+    os.close(fd)
+
+
 def _build_mounts(libc, work_fd, tmp_fd, proc):
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
-    for fd, target in ((tmp_fd, "/tmp"), (work_fd, "/jail/work")):
-        _check(
-            libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
-            f"move_mount {target}",
-        )
-        os.close(fd)
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
+    kept = [
+        (_check(libc.syscall(SYS_OPEN_TREE, AT_FDCWD, p.encode(), flags), f"open_tree {p}"), p)
+        for p in TMP_BINDS
+    ]
+    for _, path in reversed(kept):  # the zygote's own: they would stay listed under the new /tmp
+        _check(libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
+    _move(libc, tmp_fd, "/tmp")
+    for fd, path in kept:  # made by root in the request's fresh /tmp: not the request's to change
+        os.makedirs(path, 0o755, exist_ok=True)
+        _move(libc, fd, path)
+    _move(libc, work_fd, "/jail/work")
     if proc:  # the zygote's own /proc (its PID namespace's) goes; a fresh one for this namespace
         _check(libc.umount2(b"/proc", MNT_DETACH), "umount /proc")
         _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -306,6 +330,7 @@ def serve():
     gc.freeze()  # what is here now stays out of every fork's collections (no copy-on-write)
     with open(int(sys.argv[1]), "rb") as f:
         bpf = f.read()
+    TMP_BINDS[:] = sys.argv[2:]
     if not bpf or len(bpf) % 8:
         raise SystemExit("zygote: no seccomp filter")
     null = os.open(os.devnull, os.O_RDWR)

@@ -684,3 +684,56 @@ def test_non_root_workers(request: pytest.FixtureRequest, private: bool, proc: b
     poison, daemon, forge = got["verdicts"]
     assert poison == ["wrong_answer", "ok"] and daemon[1] == "ok" and forge == ["runtime_error"]
     assert_no_survivors()
+
+
+def test_a_zygote_serves_an_interpreter_whose_prefix_lies_under_tmp(tmp_path: Path) -> None:
+    """A checkout (or venv) under /tmp: the request's own /tmp would hide the interpreter's prefix,
+    so each server puts the zygote's read-only binds below /tmp back on top of it, as bubblewrap
+    binds them after its /tmp. Every run is still that of a jail per case."""
+    if os.geteuid() != 0:
+        pytest.skip("a zygote needs a worker that can switch uids (root)")
+    venv = Path(tempfile.mkdtemp(prefix="distrs-zygote-venv-", dir="/tmp"))
+    try:
+        subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        venv.chmod(0o755)
+        exe, mounts = interpreter(str(venv / "bin" / "python"))
+        assert any(p.startswith("/tmp/") for p in mounts.ro_paths), mounts
+        sb = _sandbox(tmp_path, cgroups=False)
+        argv = [exe, "-I", "-B", "main.py"]
+        limits = Limits(wall_s=5, memory_bytes=512 << 20)
+        programs = {
+            **PROGRAMS,
+            "prefix": "import sys, os\nprint(sys.prefix, os.access(sys.prefix, os.W_OK))\n"
+            "open('/tmp/mine', 'w').write('x')\nprint(sorted(os.listdir('/tmp')))",
+        }
+        with sb.session() as s:
+            zygote = sb.zygote(exe, forkserver_source(), mounts)
+            assert zygote is not None
+            runner = ForkServerSession(
+                s,
+                program=argv,
+                server=[exe, "-I", "-B", "-c", forkserver_source(), "main.py"],
+                isolation=sb.isolation,
+                mounts=mounts,
+                start=lambda lim: s.start_forked(zygote, ["main.py"], limits=server_limits(lim)),
+            )
+            try:
+                for name, code in programs.items():
+                    s.write_file("main.py", code.encode())
+                    a = s.run(argv, limits=limits, stdin=b"1 2\n", mounts=mounts)
+                    b = runner.run(argv, limits=limits, stdin=b"1 2\n", mounts=mounts)
+                    assert (b.termination, b.exit_code, b.stdout, b.stderr) == (
+                        a.termination,
+                        a.exit_code,
+                        a.stdout,
+                        a.stderr,
+                    ), name
+                    if name == "prefix":
+                        assert b.stdout.startswith(f"{venv} False\n".encode()), b.stdout
+                assert runner.servers_started == 1
+            finally:
+                runner.close()
+        assert_no_survivors()
+        sb.close_zygotes()
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
