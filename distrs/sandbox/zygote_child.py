@@ -159,7 +159,7 @@ def _read_line(fd):
 # Read-only binds of the zygote's jail that lie under /tmp (an interpreter's prefix in a checkout
 # under /tmp, say), from argv: the request's /tmp would hide them, so each is cloned before and put
 # back on top of it, as bubblewrap binds them after its /tmp.
-TMP_BINDS = []
+TMP_BINDS: list[str] = []
 
 
 def _move(libc, fd, target):
