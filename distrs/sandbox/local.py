@@ -43,7 +43,7 @@ from distrs.sandbox.seccomp import SeccompUnavailable, jail_filter
 from distrs.sandbox.settings import SandboxSettings
 from distrs.sandbox.uids import UidPool
 from distrs.sandbox.workdir import make_workdir, read_beneath, remove_workdir, write_beneath
-from distrs.sandbox.zygote import Zygote, ZygoteJail, child_source
+from distrs.sandbox.zygote import Zygote, ZygoteJail, child_source, initial_user_namespace
 
 log = logging.getLogger(__name__)
 
@@ -418,9 +418,11 @@ class LocalSandbox:
         """The zygote (``zygote.py``) of ``program``, a python source run by ``interpreter``
         (``-I -B``) with ``mounts``; started on first use and kept for this sandbox's life. None
         where this sandbox cannot fork requests from one: without uid switching (``pool``) and
-        session tmpfs, or with /tmp itself bound (a request's /tmp would hide it; binds below /tmp
+        session tmpfs, in a user namespace (``initial_user_namespace``), or with /tmp itself bound (a request's /tmp would hide it; binds below /tmp
         are put back over each request's /tmp, ``zygote_child.py``)."""
         if self._isolation != BWRAP or self._mode != privileges.POOL or not self._can_mount:
+            return None
+        if not initial_user_namespace():  # a user-namespaced pod: no fresh /proc for a request
             return None
         if "/tmp" in mounts.ro_paths:
             return None

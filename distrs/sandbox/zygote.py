@@ -53,6 +53,19 @@ _OPEN_TREE_CLOEXEC = 0o2000000
 _CRED = array.array("i", [0, 0, 0]).itemsize * 3
 
 
+def initial_user_namespace(uid_map: str | None = None) -> bool:
+    """Whether this process runs in the host's initial user namespace (``/proc/self/uid_map``
+    maps all of 0..2^32-2 onto itself). A root worker in a user-namespaced pod is not: its
+    kernel refuses a request's server a fresh ``/proc`` under the pod's masked one, so such a
+    worker keeps a jail per request. Unreadable counts as not."""
+    if uid_map is None:
+        try:
+            uid_map = Path("/proc/self/uid_map").read_text()
+        except OSError:
+            return False
+    return uid_map.split() == ["0", "0", "4294967295"]
+
+
 def child_source() -> str:
     return CHILD_SOURCE.read_text()
 

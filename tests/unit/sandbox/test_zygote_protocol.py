@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from distrs.sandbox import Limits, MemoryKind
-from distrs.sandbox.zygote import request_line
+from distrs.sandbox.zygote import initial_user_namespace, request_line
 
 
 def test_request_line_carries_uid_proc_every_rlimit_and_hex_arguments() -> None:
@@ -25,3 +25,12 @@ def test_unlimited_fields_no_arguments_and_the_data_kind() -> None:
     )
     fields = request_line(61000, False, limits, []).rstrip(b"\n").split(b" ")
     assert fields[2:] == [b"0", b"1", b"data", b"-1", b"-1", b"-1", b"-1", b"-"]
+
+
+def test_only_the_initial_user_namespace_forks_requests_from_a_zygote() -> None:
+    """A root worker in a user-namespaced pod maps a range of host uids, not all of them: its
+    kernel refuses a request's fresh /proc, so it keeps a jail per request."""
+    assert initial_user_namespace("         0          0 4294967295\n")
+    assert not initial_user_namespace("         0     100000      65536\n")
+    assert not initial_user_namespace("         0          0 4294967295\n      1 1 1\n")
+    assert not initial_user_namespace("")
