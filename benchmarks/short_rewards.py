@@ -56,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -279,24 +280,34 @@ def math_baseline(
     return time.perf_counter() - t0, verdicts
 
 
-def _run_program(work: Path, i: int, item: dict[str, Any]) -> bool:
-    d = work / f"p{i}"
-    d.mkdir(exist_ok=True)
-    (d / "main.py").write_text(item["code"])
+def _passes(cmd: list[str], cwd: Path, tests: list[dict[str, Any]]) -> bool:
+    """Whether ``cmd`` run in ``cwd`` passes every test (exit 0, same output words)."""
     ok = True
-    for t in item["tests"]:
-        p = subprocess.run(
-            [sys.executable, "main.py"], cwd=d, input=t["stdin"], capture_output=True, text=True, timeout=10
-        )
+    for t in tests:
+        p = subprocess.run(cmd, cwd=cwd, input=t["stdin"], capture_output=True, text=True, timeout=10)
         ok = ok and p.returncode == 0 and p.stdout.split() == t["expected_stdout"].split()
     return ok
 
 
-def python_baseline(items: list[dict[str, Any]], threads: int) -> tuple[float, list[bool]]:
-    with tempfile.TemporaryDirectory(prefix="distrs-bench-py-") as tmp, ThreadPoolExecutor(threads) as ex:
+def _baseline(
+    run: Callable[[Path, int, dict[str, Any]], bool], items: list[dict[str, Any]], threads: int, prefix: str
+) -> tuple[float, list[bool]]:
+    """``run`` over every item from ``threads`` threads: (wall seconds, verdicts in item order)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp, ThreadPoolExecutor(threads) as ex:
         t0 = time.perf_counter()
-        verdicts = list(ex.map(lambda a: _run_program(Path(tmp), *a), enumerate(items)))
+        verdicts = list(ex.map(lambda a: run(Path(tmp), *a), enumerate(items)))
         return time.perf_counter() - t0, verdicts
+
+
+def _run_program(work: Path, i: int, item: dict[str, Any]) -> bool:
+    d = work / f"p{i}"
+    d.mkdir(exist_ok=True)
+    (d / "main.py").write_text(item["code"])
+    return _passes([sys.executable, "main.py"], d, item["tests"])
+
+
+def python_baseline(items: list[dict[str, Any]], threads: int) -> tuple[float, list[bool]]:
+    return _baseline(_run_program, items, threads, "distrs-bench-py-")
 
 
 CXX = ["g++", "-std=c++17", "-O2", "-pipe"]  # the judge's default compiler and flags
@@ -309,18 +320,11 @@ def _compile_and_run(work: Path, i: int, item: dict[str, Any]) -> bool:
     c = subprocess.run([*CXX, "-o", "prog", "main.cpp"], cwd=d, capture_output=True, timeout=120)
     if c.returncode != 0:
         return False
-    ok = True
-    for t in item["tests"]:
-        p = subprocess.run(["./prog"], cwd=d, input=t["stdin"], capture_output=True, text=True, timeout=10)
-        ok = ok and p.returncode == 0 and p.stdout.split() == t["expected_stdout"].split()
-    return ok
+    return _passes(["./prog"], d, item["tests"])
 
 
 def cpp_baseline(items: list[dict[str, Any]], threads: int) -> tuple[float, list[bool]]:
-    with tempfile.TemporaryDirectory(prefix="distrs-bench-cpp-") as tmp, ThreadPoolExecutor(threads) as ex:
-        t0 = time.perf_counter()
-        verdicts = list(ex.map(lambda a: _compile_and_run(Path(tmp), *a), enumerate(items)))
-        return time.perf_counter() - t0, verdicts
+    return _baseline(_compile_and_run, items, threads, "distrs-bench-cpp-")
 
 
 def make_cpp_header(extra_env: dict[str, str]) -> float:
