@@ -34,7 +34,9 @@ VALUES: dict[str, Any] = {
 }
 ADD = [{"stdin": "1 2\n", "expected_stdout": "3\n"}, {"stdin": "40 2\n", "expected_stdout": "42\n"}]
 CPP_OK = "#include <iostream>\nint main(){long a,b;std::cin>>a>>b;std::cout<<a+b<<'\\n';}\n"
-CPP_STDCXX = "#include <bits/stdc++.h>\nusing namespace std;\nint main(){long a,b;cin>>a>>b;cout<<a+b<<endl;}\n"
+CPP_STDCXX = (
+    "#include <bits/stdc++.h>\nusing namespace std;\nint main(){long a,b;cin>>a>>b;cout<<a+b<<endl;}\n"
+)
 # Run in the compile worker's container (its user, environment and image): which precompiled
 # header the judge's compiles get, and whether that compiler with those flags uses it (-H "!").
 PCH_PROBE = """
