@@ -19,6 +19,10 @@ herd), every waiter of a batch per result. Pub/sub is at-most-once, so a waiter 
 after ``wake_poll_s`` at most, and a per-key generation counter closes the race between a
 caller's empty ``lease()``/``get_batch()`` and its following wait.
 
+Modes: standalone (one primary), cluster (``cluster.py``, ``ready.py``) and sentinel, which is
+standalone on the primary the Sentinels name (``store/redis_sentinel.py``) with acknowledged
+transitions waiting for a replica (``replicas.py``).
+
 Key layout, TTLs and persistence settings: ``keys.py`` and docs/store.md.
 """
 
