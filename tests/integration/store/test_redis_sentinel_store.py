@@ -8,12 +8,16 @@ The whole service over Sentinels, with load, is tests/faults/test_sentinel_failo
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from distrs.config import StoreSettings
 from distrs.core.model import BatchInfo
@@ -85,6 +89,32 @@ async def test_acknowledged_transitions_are_on_the_replica_when_they_return_and_
     assert lease is not None
     await store.heartbeat(lease.lease_id, "w", 102.0, 30.0)
     assert wait_calls(primary) == submitted  # taking and keeping a lease acknowledges nothing
+
+
+async def test_the_primarys_pool_blocks_at_the_standalone_limits_over_keepalive_sockets(
+    redis_sentinel: RedisSentinel,
+) -> None:
+    url = redis_sentinel.url
+    settings = StoreSettings.model_validate(
+        {"redis_url": url, "redis_mode": "sentinel", "redis_max_connections": 2, "redis_pool_timeout_s": 0.2,
+         "redis_keepalive_s": 12}
+    )  # fmt: skip
+    store = RedisStore.from_url(url, settings, namespace=f"s-{uuid.uuid4().hex[:10]}")
+    try:
+        pool = store._r.connection_pool
+        assert isinstance(pool, aioredis.BlockingConnectionPool) and isinstance(pool, SentinelConnectionPool)
+        assert (pool.max_connections, pool.timeout) == (2, 0.2)
+        held = [await pool.get_connection(), await pool.get_connection()]
+        assert {(c.host, c.port) for c in held} == {("127.0.0.1", redis_sentinel.master_port())}
+        sock = held[0]._writer.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        with pytest.raises(RedisConnectionError, match="No connection available"):
+            await pool.get_connection()  # a third caller waited pool_timeout, then gave up
+        for c in held:
+            await pool.release(c)
+        assert await store.ping()
+    finally:
+        await store.close()
 
 
 async def until_available(call: Callable[[], Awaitable[T]], cap_s: float = 60.0) -> tuple[T, int]:
