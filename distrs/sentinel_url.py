@@ -1,7 +1,8 @@
 """The URL that names a Sentinel-managed Redis (``DISTRS_REDIS_MODE=sentinel``).
 
     redis+sentinel://[[user]:password@]host1:26379[,host2:26379,...]/MASTER[/DB]
-    rediss+sentinel://...   (TLS to the Sentinels and to the Redis nodes)
+    rediss+sentinel://...[?ssl_ca_certs=PATH&ssl_cert_reqs=required|optional|none
+                           &ssl_certfile=PATH&ssl_keyfile=PATH]   (TLS to Sentinels and nodes)
 
 Why one URL rather than several settings: every other mode is configured by ``DISTRS_REDIS_URL``
 (and ``--redis``) alone, a Kubernetes Secret can hold it whole, and the Sentinels, the name of
@@ -17,11 +18,15 @@ Pure parsing (no I/O): the settings validate the URL with it at start-up, and th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}  # scheme -> TLS
 DEFAULT_SENTINEL_PORT = 26379
 FORM = "redis+sentinel://[[user]:password@]host:26379[,host:26379...]/MASTER[/DB]"
+# Query parameters a rediss+sentinel:// URL may carry: redis-py's TLS options, as a rediss:// URL
+# of the other modes takes them.
+TLS_OPTIONS = ("ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_keyfile")
+CERT_REQS = ("none", "optional", "required")
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class SentinelTarget:
     username: str | None = None
     password: str | None = None
     tls: bool = False
+    tls_options: tuple[tuple[str, str], ...] = ()
 
 
 def is_sentinel_url(url: str) -> bool:
@@ -58,7 +64,9 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in SCHEMES:
         raise ValueError(f"a Sentinel URL starts with redis+sentinel:// or rediss+sentinel:// ({FORM})")
-    rest = rest.split("#", 1)[0].split("?", 1)[0]
+    rest, _, query = rest.split("#", 1)[0].partition("?")
+    tls = SCHEMES[scheme.lower()]
+    tls_options = _tls_options(query, tls)
     netloc, _, path = rest.partition("/")
     userinfo, at, hosts = netloc.rpartition("@")
     username = password = None
@@ -86,5 +94,20 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
         db=db,
         username=username,
         password=password,
-        tls=SCHEMES[scheme.lower()],
+        tls=tls,
+        tls_options=tls_options,
     )
+
+
+def _tls_options(query: str, tls: bool) -> tuple[tuple[str, str], ...]:
+    """The URL's TLS options (``TLS_OPTIONS``); anything else is refused, never ignored."""
+    out: list[tuple[str, str]] = []
+    for name, value in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        if name not in TLS_OPTIONS:
+            raise ValueError(f"unknown URL parameter {name!r}; a Sentinel URL takes {', '.join(TLS_OPTIONS)}")
+        if not tls:
+            raise ValueError(f"URL parameter {name!r} needs TLS: rediss+sentinel://")
+        if name == "ssl_cert_reqs" and value not in CERT_REQS:
+            raise ValueError(f"ssl_cert_reqs={value!r} is not one of {', '.join(CERT_REQS)}")
+        out.append((name, value))
+    return tuple(out)

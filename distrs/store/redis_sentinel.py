@@ -63,9 +63,10 @@ def sentinel_options(
     sentinel: dict[str, Any] = {**socket, "socket_timeout": settings.redis_connect_timeout_s}
     if settings.redis_sentinel_password is not None:
         sentinel["password"] = settings.redis_sentinel_password.get_secret_value()
-    if target.tls:
-        node["ssl"] = True
-        sentinel["ssl"] = True
+    if target.tls:  # the same TLS options to the Sentinels and to the nodes
+        for opts in (node, sentinel):
+            opts["ssl"] = True
+            opts.update(target.tls_options)
     return node, sentinel
 
 

@@ -32,6 +32,15 @@ from distrs.store.redis_sentinel import sentinel_options
             ),
         ),
         (
+            "rediss+sentinel://s1/m?ssl_ca_certs=/etc/ca.pem&ssl_cert_reqs=required",
+            SentinelTarget(
+                sentinels=(("s1", 26379),),
+                master="m",
+                tls=True,
+                tls_options=(("ssl_ca_certs", "/etc/ca.pem"), ("ssl_cert_reqs", "required")),
+            ),
+        ),
+        (
             "redis+sentinel://:secret@s1/m/",
             SentinelTarget(sentinels=(("s1", 26379),), master="m", password="secret"),
         ),
@@ -52,6 +61,9 @@ def test_a_sentinel_url_names_the_sentinels_the_primary_and_the_credentials(
         ("redis+sentinel://s1/m/x", "is not a number"),
         ("redis+sentinel://s1/m/0/extra", "/MASTER or /MASTER/DB"),
         ("redis+sentinel://s1:notaport/m", "bad Sentinel address"),
+        ("rediss+sentinel://s1/m?socket_timeout=1", "unknown URL parameter 'socket_timeout'"),
+        ("redis+sentinel://s1/m?ssl_ca_certs=/ca.pem", "needs TLS: rediss+sentinel://"),
+        ("rediss+sentinel://s1/m?ssl_cert_reqs=maybe", "is not one of none, optional, required"),
     ],
 )
 def test_a_bad_sentinel_url_is_refused_with_what_is_wrong(url: str, says: str) -> None:
@@ -92,7 +104,7 @@ def test_settings_read_the_mode_and_the_sentinel_password_from_the_environment(
 
 def test_connection_options_carry_credentials_tls_and_the_standalone_socket_options() -> None:
     s = StoreSettings(
-        redis_url="rediss+sentinel://u:pw@s1/m/2",
+        redis_url="rediss+sentinel://u:pw@s1/m/2?ssl_ca_certs=/ca.pem",
         redis_mode="sentinel",
         redis_sentinel_password="sp",
         redis_connect_timeout_s=2.5,
@@ -108,6 +120,7 @@ def test_connection_options_carry_credentials_tls_and_the_standalone_socket_opti
         assert opts["socket_keepalive_options"] == keepalive_options(20)
     # the Sentinels get their own password (never the nodes'), TLS, and a read timeout
     assert (sentinel["password"], sentinel["ssl"], sentinel["socket_timeout"]) == ("sp", True, 2.5)
+    assert node["ssl_ca_certs"] == sentinel["ssl_ca_certs"] == "/ca.pem"
     plain = StoreSettings(redis_url="redis+sentinel://s1/m", redis_mode="sentinel")
     assert plain.redis_url is not None
     node, sentinel = sentinel_options(parse_sentinel_url(plain.redis_url), plain)
