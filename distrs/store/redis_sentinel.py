@@ -14,8 +14,9 @@ blindly here, since a script whose reply was lost may have run.
 The pool is redis-py's Sentinel pool over its blocking pool (the same limits as standalone:
 ``redis_max_connections``, calls beyond them waiting ``redis_pool_timeout_s``), and connections
 to the Redis nodes carry the same keepalive and connect timeout (redis_client.py). Connections to
-the Sentinels get the connect timeout as their read timeout too: their replies are immediate,
-and a Sentinel that stops answering must not hold up the search for the primary.
+the Sentinels get the connect timeout as their read timeout too, and no retries: their replies
+are immediate, and a Sentinel that is down or stops answering must not hold up the search for the
+primary (redis-py asks the next one).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
 
 from distrs.config import StoreSettings
 from distrs.sentinel_url import SentinelTarget, parse_sentinel_url
@@ -60,7 +63,13 @@ def sentinel_options(
         "username": target.username,
         "password": target.password,
     }
-    sentinel: dict[str, Any] = {**socket, "socket_timeout": settings.redis_connect_timeout_s}
+    # one try per Sentinel: redis-py's client would retry a refused or failed Sentinel 3 times
+    # with backoff (seconds) before asking the next one, which is what a failover needs at once
+    sentinel: dict[str, Any] = {
+        **socket,
+        "socket_timeout": settings.redis_connect_timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
     if settings.redis_sentinel_password is not None:
         sentinel["password"] = settings.redis_sentinel_password.get_secret_value()
     if target.tls:  # the same TLS options to the Sentinels and to the nodes

@@ -179,3 +179,32 @@ async def test_a_primary_demoted_while_it_still_answers_sends_the_store_to_the_p
         assert lease is not None and lease.request_id == "r0"
     finally:
         await store.close()
+
+
+async def test_passwords_of_the_nodes_and_of_the_sentinels_are_each_used_where_they_belong(
+    auth_redis_sentinel: RedisSentinel,
+) -> None:
+    deployment = auth_redis_sentinel
+    url = deployment.url  # carries the nodes' password
+    assert ":node-pw@" in url
+
+    async def works(sentinel_password: str | None) -> bool:
+        settings = StoreSettings.model_validate(
+            {"redis_url": url, "redis_mode": "sentinel", "redis_sentinel_password": sentinel_password}
+        )
+        store = RedisStore.from_url(url, settings, namespace=f"s-{uuid.uuid4().hex[:10]}")
+        try:
+            if not await store.ping():
+                return False
+            await store.register_batch(BatchInfo(task="t", batch_id="b", size=1), 100.0)
+            await store.submit([req("r0")], 100.0)
+            lease = await store.lease("compile", "w", 101.0, 30.0)
+            return lease is not None and lease.request_id == "r0"
+        except Unavailable:
+            return False
+        finally:
+            await store.close()
+
+    assert await works("sentinel-pw")
+    assert not await works(None)  # the Sentinels refuse to name the primary without theirs
+    assert not await works("node-pw")

@@ -121,6 +121,9 @@ def test_connection_options_carry_credentials_tls_and_the_standalone_socket_opti
     # the Sentinels get their own password (never the nodes'), TLS, and a read timeout
     assert (sentinel["password"], sentinel["ssl"], sentinel["socket_timeout"]) == ("sp", True, 2.5)
     assert node["ssl_ca_certs"] == sentinel["ssl_ca_certs"] == "/ca.pem"
+    # a Sentinel that is down is asked once, then the next one (redis-py's default: 3 retries
+    # with backoff of seconds each, for every new connection during a failover)
+    assert sentinel["retry"].get_retries() == 0
     plain = StoreSettings(redis_url="redis+sentinel://s1/m", redis_mode="sentinel")
     assert plain.redis_url is not None
     node, sentinel = sentinel_options(parse_sentinel_url(plain.redis_url), plain)
