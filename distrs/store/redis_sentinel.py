@@ -63,8 +63,8 @@ def sentinel_options(
         "username": target.username,
         "password": target.password,
     }
-    # one try per Sentinel: redis-py's client would retry a refused or failed Sentinel 3 times
-    # with backoff (seconds) before asking the next one, which is what a failover needs at once
+    # one try per Sentinel: redis-py's client would retry one that is down 3 times, with seconds
+    # of backoff, before asking the next; during a failover the next must be asked at once
     sentinel: dict[str, Any] = {
         **socket,
         "socket_timeout": settings.redis_connect_timeout_s,
