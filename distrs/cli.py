@@ -16,9 +16,11 @@ import typer
 
 
 def _redis_mode(value: str | None) -> str | None:
-    """``--redis-mode``: standalone | cluster (checked here; the settings type is RedisMode)."""
-    if value is not None and value not in ("standalone", "cluster"):
-        raise typer.BadParameter(f"{value!r} is not one of standalone, cluster", param_hint="--redis-mode")
+    """``--redis-mode``: standalone | cluster | sentinel (checked here; the settings type is RedisMode)."""
+    if value is not None and value not in ("standalone", "cluster", "sentinel"):
+        raise typer.BadParameter(
+            f"{value!r} is not one of standalone, cluster, sentinel", param_hint="--redis-mode"
+        )
     return value
 
 
@@ -28,7 +30,8 @@ RedisModeOption = Annotated[
     typer.Option(
         "--redis-mode",
         callback=_redis_mode,
-        help="standalone | cluster: Redis Cluster, --redis naming any seed node "
+        help="standalone | cluster: Redis Cluster, --redis naming any seed node | sentinel: the primary "
+        "Sentinels name, --redis redis+sentinel://[:password@]host:26379[,host:26379...]/MASTER "
         "(default: DISTRS_REDIS_MODE, else standalone).",
     ),
 ]

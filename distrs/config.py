@@ -10,17 +10,20 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from distrs.core.priority import QueuePolicy
+from distrs.sentinel_url import is_sentinel_url, parse_sentinel_url
 
 
 class RedisMode(StrEnum):
-    """How the Redis store runs: one primary, or Redis Cluster (docs/store.md, Cluster)."""
+    """How the Redis store runs: one primary, Redis Cluster (docs/store.md, Cluster), or one
+    primary whose Sentinels name it (docs/store.md, Sentinel)."""
 
     STANDALONE = "standalone"
     CLUSTER = "cluster"
+    SENTINEL = "sentinel"
 
 
 class TenantQuota(BaseModel):
@@ -38,19 +41,29 @@ class StoreSettings(_Base):
     redis_url: str | None = Field(None, description="Redis URL; unset means the in-process memory store.")
     redis_mode: RedisMode = Field(
         RedisMode.STANDALONE,
+        validate_default=True,
         description="standalone: one Redis primary; cluster: Redis Cluster, redis_url naming any seed node "
         "(redis://host:port, no db); keys are grouped per task so each script touches one slot "
-        "(docs/store.md, Cluster).",
+        "(docs/store.md, Cluster); sentinel: the primary its Sentinels name, redis_url being "
+        "redis+sentinel://[[user]:password@]host:26379[,host:26379...]/MASTER[/DB] (rediss+sentinel:// "
+        "for TLS; docs/store.md, Sentinel).",
+    )
+    redis_sentinel_password: SecretStr | None = Field(
+        None,
+        description="Sentinel mode: the Sentinels' own password (their requirepass), when they have one; "
+        "the password in redis_url is the Redis nodes'.",
     )
     redis_wait_replicas: int = Field(
         1,
         ge=0,
-        description="Cluster mode: replicas that must have a registration, submission or completion "
-        "(WAIT) before the caller is told it succeeded, so a failover loses none of them; 0 = do not "
-        "wait. After redis_wait_timeout_ms the call answers anyway and logs a warning.",
+        description="Cluster and sentinel modes: replicas that must have a registration, submission or "
+        "completion (WAIT) before the caller is told it succeeded, so a failover loses none of them; "
+        "0 = do not wait. After redis_wait_timeout_ms the call answers anyway and logs a warning.",
     )
     redis_wait_timeout_ms: int = Field(
-        500, ge=1, description="Cluster mode: the longest WAIT for replicas (redis_wait_replicas)."
+        500,
+        ge=1,
+        description="Cluster and sentinel modes: the longest WAIT for replicas (redis_wait_replicas).",
     )
     history_batches: int = Field(8, ge=1, description="Finished batches kept per task as history (K).")
     queue_policy: QueuePolicy = Field(QueuePolicy.EBF, description="Queue order: ebf or fcfs.")
@@ -74,6 +87,26 @@ class StoreSettings(_Base):
         description="TCP keepalive idle time on Redis connections: a dead connection fails after "
         "about 2.5 times this (see store/redis_client.py).",
     )
+
+    @field_validator("redis_mode")
+    @classmethod
+    def _sentinel_url_matches_mode(cls, mode: RedisMode, info: ValidationInfo) -> RedisMode:
+        """A Sentinel URL and sentinel mode go together; a bad URL is named at start-up (checked
+        here, on the mode, so that the error does not echo the URL and its password)."""
+        url = info.data.get("redis_url")
+        if not url:
+            return mode
+        if mode == RedisMode.SENTINEL:
+            try:
+                parse_sentinel_url(url)
+            except ValueError as exc:
+                raise ValueError(f"DISTRS_REDIS_URL (redis_url) in sentinel mode: {exc}") from None
+        elif is_sentinel_url(url):
+            raise ValueError(
+                "DISTRS_REDIS_URL (redis_url) names Sentinels (redis+sentinel://): set "
+                "DISTRS_REDIS_MODE=sentinel (or --redis-mode sentinel)"
+            )
+        return mode
 
 
 class ProxySettings(StoreSettings):

@@ -1,7 +1,7 @@
 """The production QueueStore: Redis, with every state change in one atomic Lua script.
 
 The store is split by concern: ``base.py`` (client, modes, wake-ups, error translation),
-``scripts.py`` (Lua loading, auto-pipelining), ``batches.py`` (registration and submission),
+``scripts.py`` (Lua loading, auto-pipelining), ``replicas.py`` (sentinel mode's WAIT), ``batches.py`` (registration and submission),
 ``leases.py`` (lease, heartbeat, completion, release, requeue), ``results.py`` (results,
 history, events, the planner's snapshot) and ``usage.py`` (per-tenant usage for quotas, counted
 around the others' state changes). ``RedisStore`` is all of them together.

@@ -19,6 +19,10 @@ herd), every waiter of a batch per result. Pub/sub is at-most-once, so a waiter 
 after ``wake_poll_s`` at most, and a per-key generation counter closes the race between a
 caller's empty ``lease()``/``get_batch()`` and its following wait.
 
+Modes: standalone (one primary), cluster (``cluster.py``, ``ready.py``) and sentinel, which is
+standalone on the primary the Sentinels name (``store/redis_sentinel.py``) with acknowledged
+transitions waiting for a replica (``replicas.py``).
+
 Key layout, TTLs and persistence settings: ``keys.py`` and docs/store.md.
 """
 
@@ -60,9 +64,11 @@ from distrs.core.priority import QueuePolicy
 from distrs.store import errors
 from distrs.store.keys import EVENTS_MAXLEN, Keys, slot_tags
 from distrs.store.redis.cluster import ReadyCopy, TaskRegistry
+from distrs.store.redis.replicas import ReplicaWait
 from distrs.store.redis.scripts import SCRIPTS, ScriptBatcher, load_script_source
 from distrs.store.redis.wake import Waker
 from distrs.store.redis_client import connect, connect_cluster
+from distrs.store.redis_sentinel import connect_sentinel
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +158,9 @@ class RedisBase:
         # cluster mode: keys grouped per task and slot (keys.py), scripts hand back what belongs
         # to other slots, leases merge the heads of the task queues (leases.py)
         self.cluster = self.settings.redis_mode == "cluster"
+        # sentinel mode: the standalone layout and scripts on the primary the Sentinels name
+        # (redis_sentinel.py); acknowledged transitions wait for a replica (replicas.py)
+        self.sentinel = self.settings.redis_mode == "sentinel"
         self.keys = Keys(namespace, cluster=self.cluster)
         # decode_responses=True client; typed loosely because redis-py's stubs cover bytes and str
         self._r: Any = client
@@ -161,7 +170,13 @@ class RedisBase:
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(load_script_source(name, self.cluster)) for name in SCRIPTS
         }
-        self._batcher = ScriptBatcher(client) if autopipeline else None
+        wait = (
+            ReplicaWait(self.settings.redis_wait_replicas, self.settings.redis_wait_timeout_ms)
+            if self.sentinel
+            else None
+        )
+        # sentinel mode always batches: the WAIT of acknowledged transitions rides in the batch
+        self._batcher = ScriptBatcher(client, wait) if autopipeline or wait else None
         self._work = Waker()
         self._results = Waker()
         self._lease_cache: OrderedDict[str, Lease] = OrderedDict()
@@ -186,9 +201,15 @@ class RedisBase:
     @classmethod
     def from_url(cls: type[S], url: str, settings: StoreSettings | None = None, **kwargs: Any) -> S:
         """A store over a new client for ``url`` (``redis://``, ``rediss://`` or ``unix://``; in
-        cluster mode any seed node)."""
+        cluster mode any seed node; in sentinel mode ``redis+sentinel://``, distrs/sentinel_url.py)."""
         s = settings or StoreSettings.model_validate({})
-        client = connect_cluster(url, s) if s.redis_mode == "cluster" else connect(url, s)
+        client: aioredis.Redis | RedisCluster
+        if s.redis_mode == "cluster":
+            client = connect_cluster(url, s)
+        elif s.redis_mode == "sentinel":
+            client = connect_sentinel(url, s)
+        else:
+            client = connect(url, s)
         return cls(client, settings, **kwargs)
 
     # lifecycle -----------------------------------------------------------------------------
@@ -304,7 +325,8 @@ class RedisBase:
         """Run a script. Cluster mode passes ``seq`` (the arrival-sequence base of a submit) and
         ``bound`` (a lease's "score LF seq" limit) in front of ``args`` and appends the events
         and span samples the script hands back (scripts.py) before returning its result; a
-        transition the caller is told succeeded (``acked``) waits for its replicas (``_replicated``)."""
+        transition the caller is told succeeded (``acked``) waits for its replicas (cluster:
+        ``_replicated``; sentinel: the WAIT the script batcher sends after it, replicas.py)."""
         script = self._scripts[name]
         if self.cluster:
             args = [seq, bound, self.keys.fence(keys[0]), *args]
@@ -312,7 +334,7 @@ class RedisBase:
             out = await self._call(lambda: self._replicated(script, keys, args))
         elif self._batcher is not None:
             batcher = self._batcher
-            out = await self._call(lambda: batcher.call(script, keys, args))
+            out = await self._call(lambda: batcher.call(script, keys, args, acked))
         else:
             out = await self._call(lambda: script(keys=keys, args=args))
         if not self.cluster:

@@ -103,7 +103,7 @@ class BatchOps(ReadyOps):
                 keys += [k.request(task, r.request_id), k.queue(r.first_stage)]
                 args += [r.request_id, r.reward_type, r.first_stage, orjson.dumps(r.payload).decode()]
                 order.append(r)
-        flags = await self._run("submit", keys, args)
+        flags = await self._run("submit", keys, args, acked=True)
         out = SubmitOutcome()
         for r, flag in zip(order, flags, strict=True):
             (out.accepted if int(flag) else out.duplicates).append(r.request_id)
@@ -137,7 +137,10 @@ class BatchOps(ReadyOps):
                     keys += [k.request(task, r.request_id), k.queue(r.first_stage, task)]
                     args += [r.request_id, r.reward_type, r.first_stage, orjson.dumps(r.payload).decode()]
             calls.append(
-                (self._run("submit", keys, args, seq=base), [ir for g in groups.values() for ir in g])
+                (
+                    self._run("submit", keys, args, seq=base, acked=True),
+                    [ir for g in groups.values() for ir in g],
+                )
             )
             base += len(reqs)
         results = await asyncio.gather(*(c for c, _ in calls), return_exceptions=True)

@@ -24,11 +24,14 @@ the slot is still moving (tests/faults/test_cluster_migration.py).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
+
+from distrs.store.redis.replicas import ReplicaWait
 
 SCRIPTS = (
     "register_batch",
@@ -87,18 +90,24 @@ class ScriptBatcher:
     Under load many coroutines call scripts at once (one per lease or completion); sending them
     in one write and reading the replies in one go saves a round trip, a pool checkout and two
     system calls per call. Redis still runs each script atomically and in order. A script Redis
-    does not know (after a restart emptied its cache) is loaded and retried one by one.
+    does not know (after a restart emptied its cache) is sent again with EVAL, which also caches
+    it.
+
+    With ``wait`` (sentinel mode, replicas.py), a pipeline that carries an acknowledged
+    transition ends with ``WAIT``, on the same connection, so that none of its callers is answered
+    before a replica has it.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, wait: ReplicaWait | None = None) -> None:
         self._client = client
-        self._pending: list[tuple[AsyncScript, list[str], list[Any], asyncio.Future[Any]]] = []
+        self._wait = wait
+        self._pending: list[_Call] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def call(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+    async def call(self, script: AsyncScript, keys: list[str], args: list[Any], acked: bool = False) -> Any:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((script, keys, args, fut))
+        self._pending.append(_Call(script, keys, args, fut, acked))
         if len(self._pending) == 1:
             loop.call_soon(self._flush)
         return await fut
@@ -118,27 +127,52 @@ class ScriptBatcher:
         else:
             fut.set_result(result)
 
-    async def _send(self, batch: list[tuple[AsyncScript, list[str], list[Any], asyncio.Future[Any]]]) -> None:
-        if len(batch) == 1:
-            script, keys, args, fut = batch[0]
+    def _wait_command(self, batch: list[_Call]) -> tuple[str, int, int] | None:
+        if self._wait is None or not any(c.acked for c in batch):
+            return None
+        return self._wait.command(asyncio.get_running_loop().time())
+
+    async def _send(self, batch: list[_Call]) -> None:
+        wait = self._wait_command(batch)
+        if len(batch) == 1 and wait is None:
+            c = batch[0]
             try:
-                self._settle(fut, await script(keys=keys, args=args))
+                self._settle(c.fut, await c.script(keys=c.keys, args=c.args))
             except Exception as exc:
-                self._settle(fut, exc)
+                self._settle(c.fut, exc)
             return
-        try:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for script, keys, args, _ in batch:
-                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                results = await pipe.execute(raise_on_error=False)
-        except Exception as exc:
-            for *_, fut in batch:
-                self._settle(fut, exc)
-            return
-        for (script, keys, args, fut), res in zip(batch, results, strict=True):
-            if isinstance(res, NoScriptError):
-                try:
-                    res = await script(keys=keys, args=args)
-                except Exception as exc:
-                    res = exc
-            self._settle(fut, res)
+        for command in ("EVALSHA", "EVAL"):
+            try:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for c in batch:
+                        code = c.script.sha if command == "EVALSHA" else c.script.script
+                        pipe.execute_command(command, code, len(c.keys), *c.keys, *c.args)
+                    if wait is not None:
+                        pipe.execute_command(*wait)
+                    results = await pipe.execute(raise_on_error=False)
+            except Exception as exc:
+                for c in batch:
+                    self._settle(c.fut, exc)
+                return
+            if wait is not None and self._wait is not None:
+                self._wait.answered(results.pop(), asyncio.get_running_loop().time())
+            missing: list[_Call] = []
+            for c, res in zip(batch, results, strict=True):
+                if isinstance(res, NoScriptError) and command == "EVALSHA":
+                    missing.append(c)
+                else:
+                    self._settle(c.fut, res)
+            if not missing:
+                return
+            batch, wait = missing, self._wait_command(missing)
+
+
+@dataclass
+class _Call:
+    """One script call waiting in the batcher."""
+
+    script: AsyncScript
+    keys: list[str]
+    args: list[Any]
+    fut: asyncio.Future[Any]
+    acked: bool

@@ -1,9 +1,10 @@
-"""One conformance suite for every QueueStore: memory, Redis and Redis Cluster must behave
-identically.
+"""One conformance suite for every QueueStore: memory, Redis, Redis Cluster and Sentinel-managed
+Redis must behave identically.
 
 Each test runs once per implementation (``store`` is parametrized). The Redis runs use a real
 ``redis-server`` (tests/fixtures/redis_server.py), the cluster runs a real 3-primary, 3-replica
-Redis Cluster (tests/fixtures/redis_cluster.py), each with a fresh key namespace per test. All times
+Redis Cluster (tests/fixtures/redis_cluster.py), the sentinel runs a real primary, replica and
+three Sentinels (tests/fixtures/redis_sentinel.py), each with a fresh key namespace per test. All times
 are passed in, so nothing here sleeps except the wake-up tests, which wait well under a second.
 """
 
@@ -42,14 +43,18 @@ MakeStore = Callable[..., Awaitable[QueueStore]]
         "memory",
         pytest.param("redis", marks=pytest.mark.redis),
         pytest.param("cluster", marks=pytest.mark.redis),
+        pytest.param("sentinel", marks=pytest.mark.redis),
     ]
 )
 def backend(request: pytest.FixtureRequest) -> tuple[str, str] | None:
-    """None for memory, else (redis mode, the URL of the session's redis-server or a cluster seed)."""
+    """None for memory, else (redis mode, the URL of the session's redis-server, a cluster seed or
+    the Sentinels)."""
     if request.param == "memory":
         return None
     if request.param == "cluster":
         return "cluster", str(request.getfixturevalue("redis_cluster").url)
+    if request.param == "sentinel":
+        return "sentinel", str(request.getfixturevalue("redis_sentinel").url)
     return "standalone", str(request.getfixturevalue("redis_server").url)
 
 

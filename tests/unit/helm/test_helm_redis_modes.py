@@ -1,4 +1,5 @@
-"""redis.mode: standalone (the default), cluster (Redis Cluster in the release) and external.
+"""redis.mode: standalone (the default), cluster (Redis Cluster in the release) and external
+(one primary, a Redis Cluster, or a primary watched by Redis Sentinel).
 
 Every case is rendered by the real Helm engine, linted, checked against values.schema.json and
 validated strictly against the Kubernetes schema; then the cluster's objects (StatefulSet, headless
@@ -24,6 +25,7 @@ SVC = f"{F}-redis-cluster"  # the cluster's StatefulSet and headless Service
 JOB = f"{SVC}-form"
 SCRIPTS = CHART / "files" / "redis-cluster"
 EXTERNAL_CLUSTER_URL = "rediss://:pw@clustercfg.rewards.abc123.use1.cache.amazonaws.com:6379"
+EXTERNAL_SENTINEL_URL = "redis+sentinel://:pw@sentinel-a:26379,sentinel-b:26379/mymaster/0"
 
 CASES: dict[str, dict[str, Any]] = {
     "cluster": {"redis": {"mode": "cluster"}},
@@ -53,6 +55,34 @@ CASES: dict[str, dict[str, Any]] = {
     },
     "external-standalone": {
         "redis": {"mode": "external", "external": {"url": "redis://redis.example:6379/0"}}
+    },
+    "external-sentinel": {
+        "redis": {
+            "mode": "external",
+            "external": {
+                "mode": "sentinel",
+                "sentinel": {
+                    "masterName": "mymaster",
+                    "hosts": [
+                        "redis-node-0.redis-headless.data.svc:26379",
+                        "redis-node-1.redis-headless.data.svc",
+                        "10.0.0.7:26380",
+                    ],
+                    "db": 2,
+                    "passwordSecret": "redis",
+                    "sentinelPasswordSecret": "redis",
+                    "sentinelPasswordKey": "redis-sentinel-password",
+                },
+            },
+        }
+    },
+    "external-sentinel-tls-nopassword": {
+        "redis": {
+            "external": {"mode": "sentinel", "sentinel": {"masterName": "m", "hosts": ["s"], "tls": True}}
+        }
+    },
+    "external-sentinel-url": {
+        "redis": {"mode": "external", "external": {"mode": "sentinel", "url": EXTERNAL_SENTINEL_URL}}
     },
 }
 
@@ -358,11 +388,66 @@ def test_contradictory_modes_fail_with_a_message(chart: Any, values: dict[str, A
         render(values, chart=chart)
 
 
+def _sentinel(**sentinel: Any) -> dict[str, Any]:
+    return {"redis": {"mode": "external", "external": {"mode": "sentinel", "sentinel": sentinel}}}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (_sentinel(hosts=["s:26379"]), "redis.external.sentinel.masterName is required"),
+        (_sentinel(hosts=["s:26379"], masterName="a/b"), "redis.external.sentinel.masterName"),
+        (_sentinel(hosts=["s:26379/x"], masterName="m"), r"redis.external.sentinel.hosts: \"s:26379/x\""),
+        (_sentinel(hosts=["a:1,b:2"], masterName="m"), "is not host or host:port"),
+        (_sentinel(), "redis.mode external needs"),
+        (
+            {"redis": {"external": {"mode": "sentinel", "url": "redis://s:6379/0"}}},
+            "redis.external.url: with redis.external.mode sentinel the URL is redis\\+sentinel://",
+        ),
+        (
+            {"redis": {"external": {"url": EXTERNAL_SENTINEL_URL}}},
+            "names Sentinels .*: set redis.external.mode sentinel",
+        ),
+        (
+            {"redis": {"external": {"sentinel": {"masterName": "m", "hosts": ["s"]}}}},
+            "redis.external.sentinel.hosts is set: set redis.external.mode sentinel",
+        ),
+        (
+            {
+                "redis": {
+                    "external": {
+                        "mode": "sentinel",
+                        "url": EXTERNAL_SENTINEL_URL,
+                        "sentinel": {"masterName": "m", "hosts": ["s"]},
+                    }
+                }
+            },
+            "not both",
+        ),
+        (
+            {
+                "redis": {
+                    "mode": "cluster",
+                    "external": {"mode": "sentinel", "sentinel": {"masterName": "m", "hosts": ["s"]}},
+                }
+            },
+            "redis.mode cluster runs",
+        ),
+    ],
+)
+def test_bad_sentinel_values_fail_naming_the_value(chart: Any, values: dict[str, Any], message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        render(values, chart=chart)
+
+
 @pytest.mark.parametrize(
     ("values", "field"),
     [
         ({"redis": {"mode": "sentinel"}}, "mode"),
-        ({"redis": {"external": {"mode": "sentinel"}}}, "mode"),
+        ({"redis": {"external": {"mode": "sentinels"}}}, "mode"),
+        ({"redis": {"external": {"sentinel": {"master": "m"}}}}, "master"),
+        ({"redis": {"external": {"sentinel": {"db": -1}}}}, "db"),
+        ({"redis": {"external": {"url": "sentinel://s:26379/m"}}}, "url"),
         ({"redis": {"cluster": {"primaries": 2}}}, "primaries"),
         ({"redis": {"cluster": {"replicasPerPrimary": -1}}}, "replicasPerPrimary"),
         ({"redis": {"cluster": {"antiAffinity": "maybe"}}}, "antiAffinity"),
@@ -385,3 +470,64 @@ def test_notes_tell_how_to_see_the_cluster_state(chart: Any) -> None:
     assert f"Job {JOB}" in notes and f"exec {SVC}-0" in notes and "cluster info" in notes
     plain = chart.render({}, name="rel", namespace=NAMESPACE)["distrs/templates/NOTES.txt"]
     assert "Redis Cluster" not in plain
+
+
+def test_external_sentinel_values_render_the_url_mode_and_passwords_the_store_reads(
+    rendered: dict[str, Any],
+) -> None:
+    objs = rendered["external-sentinel"]
+    assert not find(objs, "StatefulSet") and not find(objs, "Job") and not find(objs, "NetworkPolicy", REDIS)
+    assert not find(objs, "Secret", REDIS) and not find(objs, "Secret", f"{F}-redis-url")
+    hosts = "redis-node-0.redis-headless.data.svc:26379,redis-node-1.redis-headless.data.svc,10.0.0.7:26380"
+    for dep in (f"{F}-proxy", f"{F}-planner"):
+        c = _container(objs, "Deployment", dep)
+        names = [e["name"] for e in c["env"]]
+        env = env_of(c)
+        assert env["DISTRS_REDIS_MODE"] == "sentinel"
+        assert env["DISTRS_REDIS_URL"] == f"redis+sentinel://:$(REDIS_PASSWORD)@{hosts}/mymaster/2"
+        assert env["REDIS_PASSWORD"] == {"secretKeyRef": {"name": "redis", "key": "redis-password"}}
+        assert names.index("REDIS_PASSWORD") < names.index("DISTRS_REDIS_URL")  # $(VAR) needs it first
+        assert env["DISTRS_REDIS_SENTINEL_PASSWORD"] == {
+            "secretKeyRef": {"name": "redis", "key": "redis-sentinel-password"}
+        }
+    # the Sentinels' ports are opened next to the Redis nodes' (externalRedisPorts)
+    for c in ("proxy", "planner"):
+        egress = one(objs, "NetworkPolicy", f"{F}-{c}")["spec"]["egress"]
+        ports = {p["port"] for r in egress if "to" not in r for p in r["ports"]}
+        assert ports - {443, 6443} == {6379, 6380, 26379, 26380}, c  # (the planner's API server)
+
+    env = env_of(_container(rendered["external-sentinel-tls-nopassword"], "Deployment", f"{F}-proxy"))
+    assert env["DISTRS_REDIS_URL"] == "rediss+sentinel://s/m/0"
+    assert "REDIS_PASSWORD" not in env and "DISTRS_REDIS_SENTINEL_PASSWORD" not in env
+
+    objs = rendered["external-sentinel-url"]
+    secret = one(objs, "Secret", f"{F}-redis-url")
+    assert base64.b64decode(secret["data"]["redis-url"]).decode() == EXTERNAL_SENTINEL_URL
+    env = env_of(_container(objs, "Deployment", f"{F}-planner"))
+    assert env["DISTRS_REDIS_URL"] == {"secretKeyRef": {"name": f"{F}-redis-url", "key": "redis-url"}}
+    assert env["DISTRS_REDIS_MODE"] == "sentinel"
+    egress = one(objs, "NetworkPolicy", f"{F}-proxy")["spec"]["egress"]
+    assert {p["port"] for r in egress if "to" not in r for p in r["ports"]} == {6379, 6380, 26379}
+
+
+def test_the_sentinel_env_the_chart_renders_is_what_the_store_accepts(rendered: dict[str, Any]) -> None:
+    """Every DISTRS_* variable is a declared setting, and the URL built from the values (with the
+    password Kubernetes puts in) passes the store's own validation in sentinel mode."""
+    from distrs.config import PlannerSettings, ProxySettings
+    from distrs.sentinel_url import parse_sentinel_url
+
+    for component, cls in (("proxy", ProxySettings), ("planner", PlannerSettings)):
+        env = env_of(_container(rendered["external-sentinel"], "Deployment", f"{F}-{component}"))
+        declared = {f"DISTRS_{n.upper()}" for n in cls.model_fields}
+        assert {n for n in env if n.startswith("DISTRS_")} <= declared, component
+        url = env["DISTRS_REDIS_URL"].replace("$(REDIS_PASSWORD)", "s3cret")
+        settings = cls.model_validate(
+            {"redis_url": url, "redis_mode": env["DISTRS_REDIS_MODE"], "redis_sentinel_password": "sp"}
+        )
+        target = parse_sentinel_url(settings.redis_url or "")
+        assert target.master == "mymaster" and target.db == 2 and target.password == "s3cret"
+        assert target.sentinels == (
+            ("redis-node-0.redis-headless.data.svc", 26379),
+            ("redis-node-1.redis-headless.data.svc", 26379),
+            ("10.0.0.7", 26380),
+        )

@@ -78,21 +78,55 @@ http://{{ include "distrs.proxyName" . }}.{{ .Release.Namespace }}.svc:{{ .Value
 
 {{/*
 Where the store lives: standalone | cluster | external. redis.external.url or existingSecret alone
-selects external too (the chart's behaviour before redis.mode existed).
+selects external too (the chart's behaviour before redis.mode existed), and so do
+redis.external.sentinel.hosts. Contradictory or incomplete external settings fail here, naming
+the value to fix.
 */}}
 {{- define "distrs.redisMode" -}}
 {{- $mode := .Values.redis.mode | default "standalone" }}
-{{- $url := or .Values.redis.external.url .Values.redis.external.existingSecret }}
-{{- if and (eq $mode "cluster") $url }}
-{{- fail "redis.mode cluster runs Redis Cluster in the release: unset redis.external.url/existingSecret, or set redis.mode external with redis.external.mode cluster" }}
+{{- $ext := .Values.redis.external }}
+{{- $sentinel := $ext.sentinel | default dict }}
+{{- $hosts := $sentinel.hosts | default list }}
+{{- $url := or $ext.url $ext.existingSecret }}
+{{- $source := or $url $hosts }}
+{{- if and (eq $mode "cluster") $source }}
+{{- fail "redis.mode cluster runs Redis Cluster in the release: unset redis.external.url/existingSecret/sentinel.hosts, or set redis.mode external with redis.external.mode cluster" }}
 {{- end }}
-{{- if and (eq $mode "external") (not $url) }}
-{{- fail "redis.mode external needs redis.external.url or redis.external.existingSecret" }}
+{{- if and (eq $mode "external") (not $source) }}
+{{- fail "redis.mode external needs redis.external.url or redis.external.existingSecret (or, with redis.external.mode sentinel, redis.external.sentinel.hosts and masterName)" }}
 {{- end }}
-{{- if and $url (eq .Values.redis.external.mode "cluster") .Values.redis.external.url (regexMatch "^rediss?://[^/]*/[0-9]+$" .Values.redis.external.url) }}
+{{- if and $url (eq $ext.mode "cluster") $ext.url (regexMatch "^rediss?://[^/]*/[0-9]+$" $ext.url) }}
 {{- fail "redis.external.url: a Redis Cluster has only database 0; drop the /N from the URL" }}
 {{- end }}
-{{- if $url }}external{{ else }}{{ $mode }}{{ end }}
+{{- if eq $ext.mode "sentinel" }}
+{{- if and $url $hosts }}
+{{- fail "redis.external: give the Sentinels either as redis.external.sentinel.hosts (+ masterName) or in a redis+sentinel:// URL (url or existingSecret), not both" }}
+{{- end }}
+{{- if and $ext.url (not (regexMatch `^rediss?\+sentinel://` $ext.url)) }}
+{{- fail "redis.external.url: with redis.external.mode sentinel the URL is redis+sentinel://[:password@]host:26379[,host:26379...]/MASTER[/DB] (rediss+sentinel:// for TLS)" }}
+{{- end }}
+{{- if $hosts }}
+{{- if not $sentinel.masterName }}
+{{- fail "redis.external.sentinel.masterName is required: the name the Sentinels monitor the primary by (sentinel monitor NAME ...)" }}
+{{- end }}
+{{- if not (regexMatch `^[^/?#@,\s]+$` $sentinel.masterName) }}
+{{- fail (printf "redis.external.sentinel.masterName %q: no '/', '?', '#', '@', ',' or spaces" $sentinel.masterName) }}
+{{- end }}
+{{- range $hosts }}
+{{- if not (regexMatch `^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$` (toString .)) }}
+{{- fail (printf "redis.external.sentinel.hosts: %q is not host or host:port" (toString .)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- else }}
+{{- if $hosts }}
+{{- fail "redis.external.sentinel.hosts is set: set redis.external.mode sentinel (or remove the hosts)" }}
+{{- end }}
+{{- if and $ext.url (regexMatch `^rediss?\+sentinel://` $ext.url) }}
+{{- fail "redis.external.url names Sentinels (redis+sentinel://): set redis.external.mode sentinel" }}
+{{- end }}
+{{- end }}
+{{- if $source }}external{{ else }}{{ $mode }}{{ end }}
 {{- end }}
 
 {{- define "distrs.redisExternal" -}}
@@ -113,17 +147,43 @@ replaces the store instead of failing on the standalone StatefulSet's immutable 
 {{ include "distrs.redisClusterName" . }}.{{ .Release.Namespace }}.svc
 {{- end }}
 
-{{/* Env entries that give a process DISTRS_REDIS_URL. */}}
+{{/* Env entries that give a process DISTRS_REDIS_URL (and DISTRS_REDIS_MODE, and the Sentinels'
+password, where the mode needs them). */}}
 {{- define "distrs.redisEnv" -}}
 {{- if include "distrs.redisExternal" . }}
+{{- $ext := .Values.redis.external }}
+{{- $sentinel := $ext.sentinel | default dict }}
+{{- if and (eq $ext.mode "sentinel") $sentinel.hosts }}
+{{- /* the URL built from the values; the nodes' password from its Secret through $(VAR) */}}
+{{- if $sentinel.passwordSecret }}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $sentinel.passwordSecret }}
+      key: {{ $sentinel.passwordKey | default "redis-password" }}
+{{- end }}
+- name: DISTRS_REDIS_URL
+  value: {{ printf "%s://%s%s/%s/%d" (ternary "rediss+sentinel" "redis+sentinel" (default false $sentinel.tls)) (ternary ":$(REDIS_PASSWORD)@" "" (not (empty $sentinel.passwordSecret))) (join "," $sentinel.hosts) $sentinel.masterName (int (default 0 $sentinel.db)) | quote }}
+{{- else }}
 - name: DISTRS_REDIS_URL
   valueFrom:
     secretKeyRef:
-      name: {{ default (printf "%s-redis-url" (include "distrs.fullname" .)) .Values.redis.external.existingSecret }}
-      key: {{ .Values.redis.external.existingSecretKey }}
-{{- if eq .Values.redis.external.mode "cluster" }}
+      name: {{ default (printf "%s-redis-url" (include "distrs.fullname" .)) $ext.existingSecret }}
+      key: {{ $ext.existingSecretKey }}
+{{- end }}
+{{- if eq $ext.mode "cluster" }}
 - name: DISTRS_REDIS_MODE
   value: cluster
+{{- else if eq $ext.mode "sentinel" }}
+- name: DISTRS_REDIS_MODE
+  value: sentinel
+{{- if $sentinel.sentinelPasswordSecret }}
+- name: DISTRS_REDIS_SENTINEL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $sentinel.sentinelPasswordSecret }}
+      key: {{ $sentinel.sentinelPasswordKey | default "sentinel-password" }}
+{{- end }}
 {{- end }}
 {{- else }}
 - name: REDIS_PASSWORD
@@ -142,6 +202,26 @@ replaces the store instead of failing on the standalone StatefulSet's immutable 
   value: "redis://:$(REDIS_PASSWORD)@{{ include "distrs.redisName" . }}.{{ .Release.Namespace }}.svc:6379/0"
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+Ports the proxy and the planner may reach on any address when Redis is external, as a JSON list:
+networkPolicy.externalRedisPorts, plus the Sentinels' ports in external sentinel mode (each
+host's port, 26379 when it names none or when the Sentinels are in a URL the chart cannot read).
+*/}}
+{{- define "distrs.redisExternalPorts" -}}
+{{- $ports := list }}
+{{- range .Values.networkPolicy.externalRedisPorts }}{{ $ports = append $ports (int .) }}{{ end }}
+{{- $ext := .Values.redis.external }}
+{{- if eq $ext.mode "sentinel" }}
+{{- $hosts := ($ext.sentinel | default dict).hosts | default list }}
+{{- if not $hosts }}{{ $ports = append $ports 26379 }}{{ end }}
+{{- range $hosts }}
+{{- $port := regexFind ":[0-9]+$" (toString .) | trimPrefix ":" }}
+{{- $ports = append $ports (int (default "26379" $port)) }}
+{{- end }}
+{{- end }}
+{{- $ports | uniq | toJson }}
 {{- end }}
 
 {{/* Pipelines override, mounted where DISTRS_PIPELINES_FILE points. */}}
