@@ -377,18 +377,16 @@ def _hostile_server(replace: str, by: str) -> str:
 
 
 REPORT = "        _write_all(ctl_out, head.encode() + out + err)\n"
+FORGED_REPORTS = [
+    '        _write_all(ctl_out, b"D 0 exited 0 0.1 0.1 2 0 0 0\\n42")\n',  # another request's id
+    '        _write_all(ctl_out, head.replace("exited", "fine").encode() + out + err)\n',
+    '        _write_all(ctl_out, head.replace(f" {len(out)} ", " 999999999 ", 1).encode() + out)\n',
+    '        _write_all(ctl_out, b"garbage\\n")\n',
+    '        _write_all(ctl_out, b"x" * 100000)\n',
+]
 
 
-@pytest.mark.parametrize(
-    "forged",
-    [
-        '        _write_all(ctl_out, b"D 0 exited 0 0.1 0.1 2 0 0 0\\n42")\n',  # another request's id
-        '        _write_all(ctl_out, head.replace("exited", "fine").encode() + out + err)\n',
-        '        _write_all(ctl_out, head.replace(f" {len(out)} ", " 999999999 ", 1).encode() + out)\n',
-        '        _write_all(ctl_out, b"garbage\\n")\n',
-        '        _write_all(ctl_out, b"x" * 100000)\n',
-    ],
-)
+@pytest.mark.parametrize("forged", FORGED_REPORTS)
 @FORKED
 def test_anything_malformed_from_the_server_is_a_sandbox_failure(
     tmp_path: Path, forged: str, forked: bool
