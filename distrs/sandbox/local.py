@@ -47,6 +47,7 @@ from distrs.sandbox.zygote import (
     Zygote,
     ZygoteJail,
     child_source,
+    detached_clone,
     initial_user_namespace,
     private_proc_covered,
 )
@@ -274,6 +275,7 @@ class LocalSandbox:
         self._lock = threading.Lock()
         self._uid_cgroups: dict[int, RunCgroup] = {}
         self._zygotes: dict[tuple[object, ...], Zygote] = {}
+        self._clone_mounts: bool | None = None
         self.reap_stale()
 
     def reap_stale(self) -> int:
@@ -448,7 +450,7 @@ class LocalSandbox:
             return None  # a user-namespaced pod: no fresh /proc for a request
         if self._mode == privileges.PRIVATE and self._settings.mount_proc and private_proc_covered():
             return None
-        if self._mode not in (privileges.POOL, privileges.PRIVATE):
+        if self._mode not in (privileges.POOL, privileges.PRIVATE) or not self._can_clone_mounts():
             return None
         key = (interpreter, program, mounts)
         with self._lock:
@@ -463,6 +465,18 @@ class LocalSandbox:
                 )
                 self._zygotes[key] = z
             return z
+
+    def _can_clone_mounts(self) -> bool:
+        """Whether this process may hand mounts over (``open_tree``), asked once: a pod whose
+        seccomp profile predates the zygote refuses it (EPERM) and keeps a jail per request."""
+        if self._clone_mounts is None:
+            try:
+                os.close(detached_clone(self._base))
+                self._clone_mounts = True
+            except OSError as e:
+                log.warning("sandbox: no python zygote, each request starts a jail (open_tree: %s)", e)
+                self._clone_mounts = False
+        return self._clone_mounts
 
     def close_zygotes(self) -> None:
         """Stop every zygote of this sandbox (and the request jails nested in them)."""
