@@ -12,10 +12,13 @@ mounts (``open_tree``) and handed over with the request's socket; the server's p
 the kernel's credentials of its hello (as this host's PID namespace numbers it), is pinned with
 a pidfd and moved into the run's cgroup before the server may go on.
 
-Only where the worker can switch uids (``pool`` in ``privileges.py``) and each session has its
-own tmpfs; elsewhere (non-root workers, the ``rlimits`` jail) :meth:`LocalSandbox.zygote` gives
-None and each request starts its server in a jail as before. ``DISTRS_JUDGE_PYTHON_ZYGOTE=false``
-turns it off.
+Where the worker can switch uids (``pool`` in ``privileges.py``) or is root of a user namespace
+of its own (``private``: the chart's default non-root pods) and each session has its own tmpfs.
+A private zygote gives each request a user namespace of its own, whose maps this side writes
+(:func:`map_user_namespace`: the jail uid onto the worker's, as bubblewrap's jail per request
+has it) when the request's server first reports. Elsewhere (``plain`` workers, root of a
+user-namespaced pod, the ``rlimits`` jail, see :meth:`LocalSandbox.zygote`) each request starts
+its server in a jail as before. ``DISTRS_JUDGE_PYTHON_ZYGOTE=false`` turns it off.
 
 What the host trusts: the zygote is ours and never runs a request's code, but a request's
 server speaks through its socket after it has dropped privileges, so everything after the hello

@@ -22,12 +22,23 @@ grandchild (the request's "server") is the init of its own PID namespace and
    dir, and runs the program it was started for (the reward type's fork server, whose source the
    zygote compiled and warmed once) as ``__main__`` of ``python -I -B -c PROGRAM ARGS``.
 
+A ``private`` zygote (a non-root worker, root of a user namespace with one mapped uid) differs
+in three steps, so that the request gets what bubblewrap's ``--unshare-user`` jail gives it
+there: its fork clones the zygote's root tree and unshares a user namespace before the others
+(they then belong to it); the server first says ``U`` (the host writes its uid and gid maps and
+moves it into the cgroup, then answers ``G``), puts its jail together on that clone and pivots
+into it (``_build_private_root`` says why), then says ``B``; and it stays the jail uid (65534)
+with the worker's groups, every capability cleared.
+
 Nothing of one request reaches the next: every request has fresh namespaces and its own tmpfs,
 its processes die with its PID namespace, and the zygote's memory is only ever copied from. The
 request's processes cannot reach the zygote: it is outside their PID namespace, runs as root
-while they run as a pool uid, and is never given anything but a request line and three fds.
+(of the worker's user namespace, when private) while they run without capabilities as a pool uid
+(or the jail uid of a user namespace of their own), and is never given anything but a request
+line and three fds.
 
-Started as ``python -I -B -c SOURCE SECCOMP_FD`` (the compiled filter on that fd). Protocol on
+Started as ``python -I -B -c SOURCE SECCOMP_FD MODE [TMP_BIND ...]`` (the compiled filter on that
+fd; MODE ``pool`` or ``private``; read-only binds below /tmp, see ``TMP_BINDS``). Protocol on
 fd 0 (a unix stream socket from the host; everything here trusts only the host)::
 
     host -> zygote  b"P LENGTH\\n" + the program's source
@@ -35,8 +46,13 @@ fd 0 (a unix stream socket from the host; everything here trusts only the host):
     host -> zygote  b"Q UID PROC CPU MEMKIND MEM NPROC FSIZE NOFILE ARGS\\n"  with 3 fds
                     (SCM_RIGHTS: the request's socket, its work dir and its /tmp mount);
                     PROC 0|1, limits as integers (-1: none), ARGS hex-encoded, comma-separated
+  pool:
     server -> host  b"B\\n" (host reads its pid from the credentials) or b"E message\\n"
     host -> server  b"G\\n"                                       joined its cgroup: go on
+  private:
+    server -> host  b"U\\n" (pid from the credentials) or b"E message\\n"
+    host -> server  b"G\\n"                      its user namespace mapped, joined its cgroup
+    server -> host  b"B\\n" or b"E message\\n"                  its jail is built
 
 The host closing fd 0 ends the zygote; the zygote dying ends every request's jail (it is the init
 of the PID namespace they are nested in).
