@@ -44,6 +44,7 @@ from distrs.sandbox.settings import SandboxSettings
 from distrs.sandbox.uids import UidPool
 from distrs.sandbox.workdir import make_workdir, read_beneath, remove_workdir, write_beneath
 from distrs.sandbox.zygote import (
+    PRIVATE_MACHINES,
     Zygote,
     ZygoteJail,
     child_source,
@@ -441,14 +442,18 @@ class LocalSandbox:
         where this sandbox cannot fork requests from one: without session tmpfs (``plain``), as
         root of a user-namespaced pod (``pool`` outside ``initial_user_namespace``), in
         ``private`` mode where the worker's own /proc has parts it could write to (a root that
-        mapped only itself, see ``private_proc_covered``), or with /tmp itself bound (a request's
+        mapped only itself, see ``private_proc_covered``) or on a machine outside
+        ``PRIVATE_MACHINES``, where ``open_tree`` is refused, or with /tmp itself bound (a request's
         /tmp would hide it; binds below /tmp are put back over each request's /tmp,
         ``zygote_child.py``)."""
         if self._isolation != BWRAP or not self._can_mount or "/tmp" in mounts.ro_paths:
             return None
         if self._mode == privileges.POOL and not initial_user_namespace():
             return None  # a user-namespaced pod: no fresh /proc for a request
-        if self._mode == privileges.PRIVATE and self._settings.mount_proc and private_proc_covered():
+        if self._mode == privileges.PRIVATE and (
+            os.uname().machine not in PRIVATE_MACHINES
+            or (self._settings.mount_proc and private_proc_covered())
+        ):
             return None
         if self._mode not in (privileges.POOL, privileges.PRIVATE) or not self._can_clone_mounts():
             return None

@@ -70,6 +70,9 @@ def initial_user_namespace(uid_map: str | None = None) -> bool:
     return uid_map.split() == ["0", "0", "4294967295"]
 
 
+PRIVATE_MACHINES = ("x86_64", "aarch64")  # those whose pivot_root number zygote_child.py knows
+
+
 def private_proc_covered(proc: Path = Path("/proc")) -> bool:
     """Whether a zygote's jail would cover parts of its fresh /proc (``sys``, ``sysrq-trigger``,
     ``irq``, ``bus``: bubblewrap binds those it can write to read-only). In a private request's

@@ -92,7 +92,8 @@ IFF_UP = 1
 AT_FDCWD = -100
 SYS_MOVE_MOUNT = 429  # the same number on every architecture (the unified table from 5.1 on)
 SYS_OPEN_TREE = 428
-SYS_PIVOT_ROOT = 155 if os.uname().machine == "x86_64" else 41  # aarch64 (asm-generic)
+# not unified: those of the machines a private zygote serves (``zygote.PRIVATE_MACHINES``)
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)
 OPEN_TREE_CLONE = 1
 OPEN_TREE_CLOEXEC = 0o2000000
 AT_RECURSIVE = 0x8000
@@ -108,9 +109,8 @@ PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only in a fresh /p
 SETUP_FAILED = 127
 EINVAL = 22  # past the kernel's last capability
 JAIL_WORKDIR = "/jail/work"
-NEW_ROOT = (
-    JAIL_WORKDIR  # an empty directory of the zygote's root: a private request's root is put together on it
-)
+# an empty directory of the zygote's root, where a private request's root is put together
+NEW_ROOT = JAIL_WORKDIR
 
 
 class SockFprog(ctypes.Structure):
@@ -241,6 +241,8 @@ def _build_private_root(libc, root_fd, work_fd, tmp_fd, proc):
     together on ``NEW_ROOT`` (the request's /tmp and work dir moved in, the zygote's /proc and
     devpts replaced by fresh ones), becomes the root (``pivot_root``), and the old root, locked
     mounts and all, is detached as one tree."""
+    if SYS_PIVOT_ROOT is None:
+        raise OSError(38, f"pivot_root: no system call number known for {os.uname().machine}")
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     _move(libc, root_fd, NEW_ROOT)
     kept = [(_open_tree(libc, NEW_ROOT + p), p) for p in TMP_BINDS]
