@@ -124,3 +124,49 @@ def test_a_root_that_mapped_only_itself_keeps_a_jail_per_request_where_jails_mou
     base = _scratch(request)
     got = _run([*UNSHARE, sys.executable, "-c", COVERED, str(base / "sbx")])
     assert got == {"True": ["private", False], "False": ["private", True], "covered": True}
+
+
+CGROUPS = """
+import json, sys
+from distrs.rewards.base import StageInput
+from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.python_reward import PythonRunHandler
+from distrs.sandbox import SandboxSettings
+from distrs.sandbox.cgroups import RunCgroup
+from distrs.sandbox.local import BWRAP, LocalSandbox
+joined = []
+join = RunCgroup.join
+RunCgroup.join = lambda self, pid: (joined.append(self.memory.name), join(self, pid))[1]
+sb = LocalSandbox(SandboxSettings(workdir_base=sys.argv[1], mount_proc=False), BWRAP)
+out = {"mode": sb.mode, "cgroups": sb.cgroups is not None}
+if sb.cgroups is not None:
+    runs = lambda: sorted(p.name for p in sb.cgroups.memory.glob("distrs-run-*"))
+    before, h = runs(), PythonRunHandler(sb, JudgeSettings(test_time_s=3.0))
+    verdicts = []
+    for code, want in (("import sys\\nprint('socket' in sys.modules)", "True"), ("x = [0] * (1 << 28)", "x")):
+        payload = {"code": code, "tests": [{"stdin": "", "expected_stdout": want}], "memory_limit_mb": 256}
+        r = h.run(StageInput("r", "t", "python", "run", payload, timeout_s=30))
+        verdicts.append([r.status.value, r.detail.get("oom_killed", r.detail.get("tests", [{}])[0].get("reason"))])
+    sb.close_zygotes()
+    out.update(verdicts=verdicts, joined=joined, left=sorted(set(runs()) - set(before)))
+print(json.dumps(out))
+"""
+
+
+def test_a_private_workers_requests_each_get_a_cgroup_of_their_own_removed_after_them(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Without a pool uid a request's server joins a one-off cgroup (memory and pids), which goes
+    when the server is killed. Real root that mapped only itself may create cgroups here (a
+    non-root worker seldom can), so this runs as that root, without /proc (see above)."""
+    _need_root_and_system_python()
+    base = _scratch(request)
+    got = _run([*UNSHARE, sys.executable, "-c", CGROUPS, str(base / "sbx")])
+    assert got["mode"] == "private"
+    if not got["cgroups"]:
+        pytest.skip("this host lets a user namespace's root create no cgroup")
+    assert got["verdicts"][0][0] == "ok"  # forked from the zygote (it has the zygote's imports)
+    assert got["verdicts"][1][0] == "memory_limit_exceeded", got["verdicts"]
+    joined = got["joined"]  # each request's server, into a cgroup of its own
+    assert len(joined) == 2 and len(set(joined)) == 2 and all(n.startswith("distrs-run-") for n in joined)
+    assert got["left"] == []
