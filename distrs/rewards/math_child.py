@@ -4,7 +4,7 @@ Standalone on purpose (imports only math_verify): it runs from a copy in a sandb
 where the ``distrs`` package is not importable. Protocol: one JSON object per line on stdin
 ``{"id": int, "gold": str, "answer": str, "timeout": int}``; one JSON line per request on stdout
 ``{"id": int, "gold_ok": bool, "found": bool, "correct": bool, "gold": str, "pred": str,
-"cached": bool}``.
+"cached": bool, "answer_cached": bool}``.
 
 Replies go to the original stdout only: ``sys.stdout`` is pointed at stderr before anything is
 imported, so nothing a library prints while parsing a completion can slip a line into the reply
@@ -19,6 +19,12 @@ prompt with the same ground truth. Only immutable parses are kept (SymPy express
 matrices, strings; the cached tuple is copied into a fresh list per check), so what is cached is
 a function of the ground truth's text alone and no completion can change what the next check
 with that ground truth is compared against. The reply's ``cached`` says whether it was used.
+
+Parsed answers are kept the same way (``--answer-cache N``, keyed by the answer's text as
+``math_reward`` extracted it, under the same rules): the answer's parse is the other half of a
+check, and the completions of a GRPO group mostly box the same few answers. A parse is a function
+of the text alone, so a cached one gives exactly the verdict a fresh one would (the reply's
+``answer_cached``); a parse that timed out (empty) is never kept.
 """
 
 import json
@@ -33,7 +39,7 @@ def _first(parsed):
 
 
 class GoldCache:
-    """Parsed ground truths by text, least recently used dropped first."""
+    """Parsed texts (ground truths, or answers) by text, least recently used dropped first."""
 
     def __init__(self, size):
         self.size = size
@@ -74,8 +80,21 @@ def parse_gold(gold_text, timeout):
     return gold
 
 
-def check(gold_text, answer_text, timeout, cache=None):
-    from math_verify import parse, verify
+def parse_answer(answer_text, timeout, cache=None):
+    """(the answer's parse, whether it came from ``cache``)."""
+    from math_verify import parse
+
+    cached = cache.get(answer_text) if cache is not None else None
+    if cached is not None:
+        return list(cached), True
+    pred = parse(answer_text, parsing_timeout=timeout)
+    if pred and cache is not None:
+        cache.put(answer_text, pred)
+    return pred, False
+
+
+def check(gold_text, answer_text, timeout, cache=None, answers=None):
+    from math_verify import verify
 
     cached = cache.get(gold_text) if cache is not None else None
     if cached is not None:
@@ -84,10 +103,10 @@ def check(gold_text, answer_text, timeout, cache=None):
         gold = parse_gold(gold_text, timeout)
         if gold and cache is not None:
             cache.put(gold_text, gold)
-    out = {"cached": cached is not None}
+    out = {"cached": cached is not None, "answer_cached": False}
     if not gold:
         return {**out, "gold_ok": False, "found": False, "correct": False, "gold": "", "pred": ""}
-    pred = parse(answer_text, parsing_timeout=timeout)
+    pred, out["answer_cached"] = parse_answer(answer_text, timeout, answers)
     if not pred:
         return {**out, "gold_ok": True, "found": False, "correct": False, "gold": _first(gold), "pred": ""}
     correct = bool(verify(gold, pred, timeout_seconds=timeout))
@@ -104,8 +123,11 @@ def check(gold_text, answer_text, timeout, cache=None):
 def main():
     replies = sys.stdout
     sys.stdout = sys.stderr  # library prints never reach the reply stream
-    size = int(sys.argv[sys.argv.index("--gold-cache") + 1]) if "--gold-cache" in sys.argv else 0
-    cache = GoldCache(size)
+
+    def size(flag):
+        return int(sys.argv[sys.argv.index(flag) + 1]) if flag in sys.argv else 0
+
+    cache, answers = GoldCache(size("--gold-cache")), GoldCache(size("--answer-cache"))
     import math_verify  # noqa: F401  (import once, up front: it takes most of a second)
 
     replies.write('{"ready": true}\n')
@@ -115,7 +137,7 @@ def main():
         try:
             req = json.loads(line)
             rid = req.get("id")
-            res = check(str(req["gold"]), str(req["answer"]), int(req.get("timeout", 5)), cache)
+            res = check(str(req["gold"]), str(req["answer"]), int(req.get("timeout", 5)), cache, answers)
         except Exception as e:  # report, keep serving
             res = {"error": f"{type(e).__name__}: {e}"[:500]}
         res["id"] = rid

@@ -14,7 +14,8 @@ long-lived child running ``math_child.py`` inside the sandbox (no network, read-
 rlimits), started once (importing SymPy takes most of a second) and killed - whole jail - when a
 check overruns the hard deadline; the next request starts a fresh one. The child keeps parsed
 ground truths (immutable, keyed by their text; ``gold_cache``), since a GRPO group's completions
-share one.
+share one, and parsed answers (``answer_cache``, by the extracted answer's text), since those
+completions mostly box the same few answers.
 
 Statuses: ``ok`` (score 1), ``wrong_answer`` (score 0; ``detail.reason`` says whether no answer
 was found), ``timeout``, ``invalid`` (bad payload or an unparseable ground truth).
@@ -75,6 +76,14 @@ class MathSettings(BaseSettings):
         description="Parsed ground truths each checker child keeps (least recently used dropped "
         "first; 0 = parse every time). GRPO's n completions of a prompt share one ground truth.",
     )
+    answer_cache: int = Field(
+        default=4096,
+        ge=0,
+        le=100_000,
+        description="Parsed answers each checker child keeps, by the extracted answer's text (least "
+        "recently used dropped first; 0 = parse every time). A GRPO group's completions mostly box "
+        "the same few answers.",
+    )
     python: str = Field(
         default="", description="Interpreter with math-verify installed; empty = the worker's."
     )
@@ -128,6 +137,7 @@ class MathChecker:
         )
         env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         argv = [exe, "-I", "-B", "math_child.py", "--gold-cache", str(self._settings.gold_cache)]
+        argv += ["--answer-cache", str(self._settings.answer_cache)]
         proc = session.spawn(argv, limits=limits, env=env, mounts=mounts)
         self._stack, self._proc, self._buf, self._served = stack, proc, b"", 0
         assert proc.stdout is not None

@@ -15,6 +15,12 @@ an adversarial payload stays in that one request:
 
 The function's package must be importable by the worker's interpreter; when it lives outside the
 interpreter's prefixes (a source checkout), its directory is bound read-only into the jail.
+
+Where the sandbox keeps zygotes (``DISTRS_PLUGIN_ZYGOTE``, on; docs/sandbox.md "Python zygote"),
+the child is not started but forked, in fresh namespaces with the same uid, limits and filter,
+from a warm interpreter that has loaded ``plugin_child.py`` (never the plugin: the plugin is
+imported in each call's own child, after its privileges are dropped), which saves the jail's and
+the interpreter's start on every call (``distrs/sandbox/forked_run.py``).
 """
 
 from __future__ import annotations
@@ -34,8 +40,18 @@ from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
 from distrs.sandbox import Limits, Mounts, Sandbox
+from distrs.sandbox.forked_run import run_forked
+from distrs.sandbox.local import LocalSandbox, LocalSession
+from distrs.sandbox.zygote import Zygote
 
 CHILD_SOURCE = Path(__file__).with_name("plugin_child.py")
+
+
+@functools.cache
+def child_source() -> str:
+    return CHILD_SOURCE.read_text()
+
+
 _STATUSES = {s.value for s in Status}
 
 
@@ -49,6 +65,11 @@ class PluginSettings(BaseSettings):
     )
     memory_mb: int = Field(default=2048, gt=0, description="Address-space limit of the plugin child.")
     python: str = Field(default="", description="Interpreter the plugin runs with; empty = the worker's.")
+    zygote: bool = Field(
+        default=True,
+        description="Fork each call's child from a warm zygote where the sandbox keeps one "
+        "(docs/sandbox.md); false: a jail and an interpreter per call.",
+    )
 
 
 @functools.cache
@@ -115,6 +136,11 @@ class PluginHandler:
             return False, f"plugin {self.entry!r} unusable: {e}"
         return True, ""
 
+    def _zygote(self, sandbox: Sandbox, exe: str, mounts: Mounts) -> Zygote | None:
+        if not self._settings.zygote or not isinstance(sandbox, LocalSandbox):
+            return None
+        return sandbox.zygote(exe, child_source(), mounts)
+
     def run(self, inp: StageInput) -> StageOutput:
         exe, mounts = interpreter(self._settings.python)
         root = plugin_root(self.entry)
@@ -135,15 +161,19 @@ class PluginHandler:
         request = json.dumps({"entry": self.entry, "payload": inp.payload, "sys_path": sys_path})
         sandbox = self._sandbox or shared_sandbox()
         env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        zygote = self._zygote(sandbox, exe, mounts)
         with sandbox.session() as s:
-            s.write_file("plugin_child.py", CHILD_SOURCE.read_bytes())
-            r = s.run(
-                [exe, "-I", "-B", "plugin_child.py"],
-                limits=limits,
-                stdin=request.encode(),
-                env=env,
-                mounts=mounts,
-            )
+            if zygote is not None and isinstance(s, LocalSession):
+                r = run_forked(s, zygote, [], stdin=request.encode(), limits=limits)
+            else:
+                s.write_file("plugin_child.py", CHILD_SOURCE.read_bytes())
+                r = s.run(
+                    [exe, "-I", "-B", "plugin_child.py"],
+                    limits=limits,
+                    stdin=request.encode(),
+                    env=env,
+                    mounts=mounts,
+                )
         if r.timed_out:
             return StageOutput.final(
                 Status.TIMEOUT, 0.0, reason=f"plugin exceeded {timeout:.1f}s", plugin=self.entry

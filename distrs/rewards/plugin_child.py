@@ -10,11 +10,17 @@ plugin prints goes to stderr, so it cannot forge the reply line.
 import contextlib
 import importlib
 import json
+import os
 import sys
 import traceback
 
+# One thread per numeric library, whether started in a jail of its own (whose environment sets
+# these too) or forked from a zygote (whose environment is the jail's default).
+THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
 
 def main():
+    os.environ.update(THREADS)
     real_stdout = sys.stdout
     try:
         req = json.loads(sys.stdin.read())

@@ -7,6 +7,9 @@ process in cluster mode over a real 3-primary, 3-replica cluster:
   while trainers submit and workers lease and complete through the proxy. Every script fences
   itself against a moving slot (``distrs/store/redis/scripts.py``): refused, it has written
   nothing and is retried or answered 503.
+* **``redis-cli --cluster reshard`` itself under load**: the tool moves the first slots of each
+  primary (those of a busy task among them) to the next primary, round after round, while the
+  same load runs.
 * **a primary cut off from its replica** (the replica frozen with SIGSTOP: loopback has no
   firewall to partition with): acknowledged writes wait ``redis_wait_timeout_ms`` for a replica
   that does not answer, then are acknowledged anyway, with a warning; once the replica is back
@@ -26,7 +29,9 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
 import signal
+import subprocess
 import time
 import zlib
 from collections import Counter
@@ -301,6 +306,69 @@ async def test_slot_migration_under_load_loses_doubles_and_changes_nothing(
         # the load met slots being moved: scripts and commands were refused with TRYAGAIN
         # (and retried); a run that never overlapped would prove nothing
         assert tryagain_count(cluster) > 0, svc.logs()
+
+
+RESHARD_SLOTS = 200  # slots each reshard moves: the first ones of the source primary
+
+
+def tasks_in_first_slots(cluster: RedisCluster) -> dict[int, str]:
+    """One task per primary whose slot is among that primary's first RESHARD_SLOTS slots (those a
+    reshard from it moves): port -> task."""
+    first = {
+        port: set(range(ranges[0][0], ranges[0][0] + RESHARD_SLOTS))
+        for port, ranges in cluster.primaries().items()
+    }
+    out: dict[int, str] = {}
+    for i in range(100_000):
+        slot = task_slot(f"task-{i}")
+        port = next((p for p, slots in first.items() if slot in slots), None)
+        if port is not None:
+            out.setdefault(port, f"task-{i}")
+            if len(out) == len(first):
+                break
+    return out
+
+
+def reshard(cluster: RedisCluster, src: int, dst: int) -> str:
+    """``redis-cli --cluster reshard``: RESHARD_SLOTS slots (the source's first) from ``src`` to
+    ``dst``, one key per MIGRATE (``--cluster-pipeline 1``)."""
+    r = subprocess.run(
+        ["redis-cli", "--cluster", "reshard", f"127.0.0.1:{src}", "--cluster-from", node_id(src),
+         "--cluster-to", node_id(dst), "--cluster-slots", str(RESHARD_SLOTS), "--cluster-yes",
+         "--cluster-pipeline", "1"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    return r.stdout
+
+
+async def test_redis_cli_reshard_under_load_loses_doubles_and_changes_nothing(
+    fresh_redis_cluster: RedisCluster,
+) -> None:
+    assert shutil.which("redis-cli")
+    cluster = fresh_redis_cluster
+    tasks = tasks_in_first_slots(cluster)
+    loop = asyncio.get_running_loop()
+    rounds = 0
+    moved_busy = 0  # busy tasks' slots that changed primary while their trainer still submitted
+    with cluster_service(cluster) as svc:
+        load = Load(svc, list(tasks.values()), pace_s=0.2)
+        async with load.running() as trainers:
+            while not all(t.done() for t in trainers) or rounds < 2:
+                ports = sorted(cluster.primaries())
+                for src, dst in zip(ports, [*ports[1:], ports[0]], strict=True):
+                    before = {t: cluster.primary_of(task_slot(t)) for t in load.tasks}
+                    out = await loop.run_in_executor(None, reshard, cluster, src, dst)
+                    assert "Moving slot" in out, out[-2000:]
+                    moved_busy += sum(
+                        not tr.done() and cluster.primary_of(task_slot(t)) != before[t]
+                        for t, tr in zip(load.tasks, trainers, strict=True)
+                    )
+                rounds += 1
+        print(
+            f"reshard rounds {rounds}, busy slots moved under load {moved_busy}, TRYAGAIN {tryagain_count(cluster)}"
+        )
+        assert moved_busy > 0  # a run whose moves all came after the load would prove nothing
 
 
 async def test_primary_cut_off_from_its_replica_then_killed_loses_nothing(

@@ -10,6 +10,7 @@ its kubelet seccomp root from the rendered ConfigMap, as the chart's DaemonSet d
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,27 @@ VALUES: dict[str, Any] = {
 }
 ADD = [{"stdin": "1 2\n", "expected_stdout": "3\n"}, {"stdin": "40 2\n", "expected_stdout": "42\n"}]
 CPP_OK = "#include <iostream>\nint main(){long a,b;std::cin>>a>>b;std::cout<<a+b<<'\\n';}\n"
+CPP_STDCXX = (
+    "#include <bits/stdc++.h>\nusing namespace std;\nint main(){long a,b;cin>>a>>b;cout<<a+b<<endl;}\n"
+)
+# Run in the compile worker's container (its user, environment and image): which precompiled
+# header the judge's compiles get, and whether that compiler with those flags uses it (-H "!").
+PCH_PROBE = """
+import json, os, subprocess, tempfile
+from distrs.rewards import cxx_pch
+from distrs.rewards.judge import judge_settings
+s = judge_settings()
+use = cxx_pch.for_judge(s, cxx_pch.BWRAP)
+src = use.mounts.binds[0][0] if use else None
+used = False
+if src:
+    with tempfile.TemporaryDirectory() as d:
+        open(os.path.join(d, "p.cpp"), "w").write(cxx_pch.PROBE)
+        r = subprocess.run([s.cxx, *s.cxx_flags, "-Winvalid-pch", "-H", "-I", src, "-c", "-o", os.devnull,
+                            "p.cpp"], cwd=d, capture_output=True, text=True)
+        used = r.returncode == 0 and cxx_pch.pch_used(r.stderr, src)
+print(json.dumps({"dir": src, "used": used}))
+"""
 PY_OK = "a, b = map(int, input().split())\nprint(a + b)\n"
 
 
@@ -71,6 +93,7 @@ def test_judged_submissions_score_one(pod_system: Callable[..., System]) -> None
             ("cpp", {"code": CPP_OK, "tests": ADD}),
             ("math", {"completion": "so the answer is \\boxed{4}", "ground_truth": "4"}),
             ("python", {"code": "print(7)\n", "tests": ADD}),
+            ("cpp", {"code": CPP_STDCXX, "tests": ADD}),
         ],
     )
     assert [(r["status"], r["score"]) for r in results[:3]] == [("ok", 1.0)] * 3, results
@@ -78,6 +101,13 @@ def test_judged_submissions_score_one(pod_system: Callable[..., System]) -> None
     # The cpp request passed through both CPU stages, each on its own worker container.
     assert [st["name"] for st in results[1]["stages"]] == ["compile", "run"]
     assert results[1]["stages"][0]["worker"] != results[1]["stages"][1]["worker"]
+    assert (results[4]["status"], results[4]["score"]) == ("ok", 1.0), results[4]
+    # The worker image carries bits/stdc++.h precompiled at build for the judge's compiler and
+    # flags: the compile worker's jails get that one (nothing made at start), and it is used.
+    probe = s._podman("exec", s.workers["compile"], "python", "-c", PCH_PROBE, timeout=300)
+    seen = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert seen["dir"] and seen["dir"].startswith("/usr/local/lib/distrs/pch/"), (seen, probe.stderr)
+    assert seen["used"], (seen, probe.stderr)
 
 
 def test_trace_replays_with_every_batch_complete(pod_system: Callable[..., System], tmp_path: Path) -> None:

@@ -32,6 +32,30 @@ def secret(payload):
 
 def shout(payload):
     return {"score": 1.0, "detail": {"text": str(payload["completion"]).upper()}}
+
+PLANTED = []
+
+def leave(payload):
+    import os, signal, subprocess
+    if payload["plant"]:
+        PLANTED.append(1)
+        os.environ["DISTRS_PLANTED"] = "1"
+        for d in (".", "/tmp"):
+            with open(os.path.join(d, "planted"), "w") as f:
+                f.write("x")
+        subprocess.Popen(
+            [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+             "time.sleep(600)"],
+            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+    seen = {"global": bool(PLANTED), "env": "DISTRS_PLANTED" in os.environ,
+            "work": os.path.exists("planted"), "tmp": os.path.exists("/tmp/planted")}
+    return {"score": 1.0, "detail": {"seen": seen}}
+
+def flood(payload):
+    sys.stdout = sys.__stdout__
+    sys.stdout.write("x" * (8 << 20))
+    return 1.0
 """
 
 

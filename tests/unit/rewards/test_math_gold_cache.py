@@ -56,3 +56,20 @@ def test_an_unparseable_ground_truth_is_not_cached() -> None:
     cache = math_child.GoldCache(8)
     r = math_child.check("$", "\\boxed{1}", 5, cache)
     assert r["gold_ok"] is False and r["cached"] is False and cache.get("$") is None
+
+
+def test_a_cached_answer_gives_the_verdicts_of_a_fresh_parse() -> None:
+    """A GRPO group boxes the same few answers: the second time an answer's text comes (against
+    any ground truth) its parse is reused, and every verdict equals a fresh check's."""
+    answers = math_child.GoldCache(64)
+    seen: set[str] = set()
+    for gold, group in [*GROUP, ("0.5", ["\\boxed{0.5}", "\\boxed{1/3}", "\\boxed{2}"])]:
+        for a in [*group, *group]:
+            fresh = math_child.check(gold, a, 5)
+            warm = math_child.check(gold, a, 5, None, answers)
+            assert _verdict(warm) == _verdict(fresh), (gold, a)
+            parsed = fresh["found"]
+            assert warm["answer_cached"] is (parsed and a in seen), (gold, a)
+            if parsed:
+                seen.add(a)
+    assert answers.get("\\boxed{}") is None  # nothing found in it: never kept
