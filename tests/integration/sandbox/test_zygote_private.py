@@ -7,7 +7,8 @@ jail per request does. The checks of ``test_python_forkserver.py`` run in such a
 (``private_zygote_checks.py``) with and without ``/proc``: every program's run equals a jail per
 case (uid/gid, groups, capabilities, ``NoNewPrivs``, ``Seccomp``, mounts, environment, umask,
 interfaces, rlimits, fds), the hostile fork-server programs fail, nothing of one request reaches
-the next, and one zygote served it all.
+the next, and one zygote served it all; and the whole of ``test_python_forkserver.py`` and
+``test_plugins.py`` passes when pytest itself runs as such a worker.
 """
 
 from __future__ import annotations
@@ -93,6 +94,26 @@ def test_the_zygote_of_a_private_worker_is_a_jail_per_request(
     assert stalls["first"][2] is True and stalls["first"][3] == ""
     assert got["zygote_started"] == 1  # one zygote forked every request above
     assert got["survivors"] == []
+
+
+def test_the_fork_server_and_plugin_tests_pass_in_a_private_worker(request: pytest.FixtureRequest) -> None:
+    """Every test of ``test_python_forkserver.py`` and ``test_plugins.py`` (their hostile
+    programs, both ways through the ``warm`` and ``sandbox`` fixtures) run by a private worker:
+    the zygote variants run there too, none skipped. Not those that switch to another uid
+    themselves (a user namespace with one uid mapped has no other)."""
+    _need_root_and_system_python()
+    base = _scratch(request)
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *UNSHARE, SYSTEM_PYTHON]
+    cmd += ["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--basetemp={base / 'pytest'}"]
+    cmd += ["-k", "not non_root_workers", "tests/integration/sandbox/test_python_forkserver.py"]
+    cmd += ["tests/integration/sandbox/test_plugins.py"]
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": f"{ROOT}:{_site()}"}
+    env["DISTRS_SANDBOX_WORKDIR_BASE"] = str(base / "sbx")  # the handlers' own readiness check
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200, check=False)
+    summary = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr[-2000:]
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "skipped" not in summary and "passed" in summary, summary
+    assert int(summary.split(" passed")[0].split()[-1]) >= 50, summary
 
 
 COVERED = """
