@@ -90,7 +90,8 @@ class JudgeSettings(BaseSettings):
         default=True,
         description="With the fork server: fork each request's server, in fresh namespaces, from "
         "a warm zygote started once per worker instead of starting a jail and an interpreter per "
-        "request (where the worker can switch uids; see docs/sandbox.md).",
+        "request (root workers and non-root workers in a user namespace of their own, the chart's "
+        'default; see docs/sandbox.md "Python zygote").',
     )
     compile_time_s: float = Field(
         default=60.0,

@@ -17,8 +17,8 @@ per case, which runs the program as ``python -I -B main.py`` (or the harness) wo
 are the same as with a jail per case. Without namespaces (the degraded ``rlimits`` jail) there is
 no PID namespace for the server to sweep, and every case gets its own run as before.
 
-Zygote: with ``DISTRS_JUDGE_PYTHON_ZYGOTE`` (the default) and a worker that can switch uids, the
-request's fork server is not started but forked, in fresh namespaces, from a zygote the sandbox
+Zygote: with ``DISTRS_JUDGE_PYTHON_ZYGOTE`` (the default) and a worker that can switch uids or is
+root of a user namespace of its own (the chart's default pods), the request's fork server is not started but forked, in fresh namespaces, from a zygote the sandbox
 keeps per interpreter (``distrs/sandbox/zygote.py``): no bubblewrap and no interpreter start per
 request, the same jail, the same server.
 """

@@ -3,7 +3,7 @@
 ``Session.run`` starts bubblewrap and a fresh interpreter for every run, tens of milliseconds of
 CPU before the program's first line. A run that is one exchange (a request on stdin, a reply on
 stdout, as a reward plugin's call is: ``distrs/rewards/plugin.py``) can instead be forked from the
-sandbox's warm zygote for its program (``zygote.py``): the same fresh namespaces, pool uid, rlimits,
+sandbox's warm zygote for its program (``zygote.py``): the same fresh namespaces, uid, rlimits,
 cgroup and seccomp filter as a python request's fork server (docs/sandbox.md, "Python zygote"),
 without the start. The program gets the request's socket as stdin and stdout and ``/dev/null`` as
 stderr; it ends when it has answered (its PID namespace, and so every process it left, is killed

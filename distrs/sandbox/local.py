@@ -38,12 +38,20 @@ from distrs.sandbox.base import (
 from distrs.sandbox.capture import Collected, collect
 from distrs.sandbox.cgroups import CgroupRoots, RunCgroup, detect
 from distrs.sandbox.cgroups import reap as reap_cgroups
-from distrs.sandbox.jail import JAIL_WORKDIR, JailSpec, etc_files, fallback_command, jail_command
+from distrs.sandbox.jail import JAIL_UID, JAIL_WORKDIR, JailSpec, etc_files, fallback_command, jail_command
 from distrs.sandbox.seccomp import SeccompUnavailable, jail_filter
 from distrs.sandbox.settings import SandboxSettings
 from distrs.sandbox.uids import UidPool
 from distrs.sandbox.workdir import make_workdir, read_beneath, remove_workdir, write_beneath
-from distrs.sandbox.zygote import Zygote, ZygoteJail, child_source, initial_user_namespace
+from distrs.sandbox.zygote import (
+    PRIVATE_MACHINES,
+    Zygote,
+    ZygoteJail,
+    child_source,
+    detached_clone,
+    initial_user_namespace,
+    private_proc_covered,
+)
 
 log = logging.getLogger(__name__)
 
@@ -176,14 +184,27 @@ class LocalSession:
 
     def start_forked(self, zygote: Zygote, args: Sequence[str], *, limits: Limits) -> ZygoteJail:
         """A long-lived jailed helper forked from ``zygote`` (``LocalSandbox.zygote``) as the init
-        of fresh namespaces, with this session's work dir, /tmp and uid, and ``limits`` (its
-        rlimits, and its cgroup's where there is one), started with ``args`` as its arguments."""
-        if self._uid is None or self._tmpdir is None:
+        of fresh namespaces, with this session's work dir, /tmp and uid (a private zygote's
+        requests: the jail uid in a user namespace of their own), and ``limits`` (its rlimits,
+        and its cgroup's where there is one), started with ``args`` as its arguments."""
+        uid = JAIL_UID if zygote.private else self._uid
+        if uid is None or self._tmpdir is None:
             raise SandboxError("a zygote serves only sessions with a pool uid and a tmpfs of their own")
         cgroup = self._sandbox.run_cgroup(self._uid, limits)
-        return zygote.spawn(
-            workdir=self._path, tmpdir=self._tmpdir, uid=self._uid, limits=limits, args=args, cgroup=cgroup
-        )
+        try:
+            return zygote.spawn(
+                workdir=self._path,
+                tmpdir=self._tmpdir,
+                uid=uid,
+                limits=limits,
+                args=args,
+                cgroup=cgroup,
+                own_cgroup=self._uid is None,
+            )
+        except BaseException:
+            if cgroup is not None and self._uid is None:
+                cgroup.remove()
+            raise
 
 
 class LocalHelper:
@@ -255,6 +276,7 @@ class LocalSandbox:
         self._lock = threading.Lock()
         self._uid_cgroups: dict[int, RunCgroup] = {}
         self._zygotes: dict[tuple[object, ...], Zygote] = {}
+        self._clone_mounts: bool | None = None
         self.reap_stale()
 
     def reap_stale(self) -> int:
@@ -417,14 +439,23 @@ class LocalSandbox:
     def zygote(self, interpreter: str, program: str, mounts: Mounts) -> Zygote | None:
         """The zygote (``zygote.py``) of ``program``, a python source run by ``interpreter``
         (``-I -B``) with ``mounts``; started on first use and kept for this sandbox's life. None
-        where this sandbox cannot fork requests from one: without uid switching (``pool``) and
-        session tmpfs, in a user namespace (``initial_user_namespace``), or with /tmp itself bound (a request's /tmp would hide it; binds below /tmp
-        are put back over each request's /tmp, ``zygote_child.py``)."""
-        if self._isolation != BWRAP or self._mode != privileges.POOL or not self._can_mount:
+        where this sandbox cannot fork requests from one: without session tmpfs (``plain``), as
+        root of a user-namespaced pod (``pool`` outside ``initial_user_namespace``), in
+        ``private`` mode where the worker's own /proc has parts it could write to (a root that
+        mapped only itself, see ``private_proc_covered``) or on a machine outside
+        ``PRIVATE_MACHINES``, where ``open_tree`` is refused, or with /tmp itself bound (a request's
+        /tmp would hide it; binds below /tmp are put back over each request's /tmp,
+        ``zygote_child.py``)."""
+        if self._isolation != BWRAP or not self._can_mount or "/tmp" in mounts.ro_paths:
             return None
-        if not initial_user_namespace():  # a user-namespaced pod: no fresh /proc for a request
+        if self._mode == privileges.POOL and not initial_user_namespace():
+            return None  # a user-namespaced pod: no fresh /proc for a request
+        if self._mode == privileges.PRIVATE and (
+            os.uname().machine not in PRIVATE_MACHINES
+            or (self._settings.mount_proc and private_proc_covered())
+        ):
             return None
-        if "/tmp" in mounts.ro_paths:
+        if self._mode not in (privileges.POOL, privileges.PRIVATE) or not self._can_clone_mounts():
             return None
         key = (interpreter, program, mounts)
         with self._lock:
@@ -432,10 +463,25 @@ class LocalSandbox:
             if z is None:
                 argv = [interpreter, "-I", "-B", "-c", child_source()]
                 z = Zygote(
-                    lambda ctl: self._start_zygote(argv, mounts, ctl), program, proc=self._settings.mount_proc
+                    lambda ctl: self._start_zygote(argv, mounts, ctl),
+                    program,
+                    proc=self._settings.mount_proc,
+                    private=self._mode == privileges.PRIVATE,
                 )
                 self._zygotes[key] = z
             return z
+
+    def _can_clone_mounts(self) -> bool:
+        """Whether this process may hand mounts over (``open_tree``), asked once: a pod whose
+        seccomp profile predates the zygote refuses it (EPERM) and keeps a jail per request."""
+        if self._clone_mounts is None:
+            try:
+                os.close(detached_clone(self._base))
+                self._clone_mounts = True
+            except OSError as e:
+                log.warning("sandbox: no python zygote, each request starts a jail (open_tree: %s)", e)
+                self._clone_mounts = False
+        return self._clone_mounts
 
     def close_zygotes(self) -> None:
         """Stop every zygote of this sandbox (and the request jails nested in them)."""
@@ -460,7 +506,11 @@ class LocalSandbox:
             # read-only binds under /tmp, which each request's server puts back over its own /tmp
             under_tmp = [p for p in mounts.ro_paths if p.startswith("/tmp/")]
             cmd = jail_command(
-                [*argv, str(fd), *under_tmp], spec, limits=Limits(), env=default_env(None), mounts=mounts
+                [*argv, str(fd), self._mode, *under_tmp],
+                spec,
+                limits=Limits(),
+                env=default_env(None),
+                mounts=mounts,
             )
             return subprocess.Popen(
                 cmd,

@@ -12,10 +12,13 @@ mounts (``open_tree``) and handed over with the request's socket; the server's p
 the kernel's credentials of its hello (as this host's PID namespace numbers it), is pinned with
 a pidfd and moved into the run's cgroup before the server may go on.
 
-Only where the worker can switch uids (``pool`` in ``privileges.py``) and each session has its
-own tmpfs; elsewhere (non-root workers, the ``rlimits`` jail) :meth:`LocalSandbox.zygote` gives
-None and each request starts its server in a jail as before. ``DISTRS_JUDGE_PYTHON_ZYGOTE=false``
-turns it off.
+Where the worker can switch uids (``pool`` in ``privileges.py``) or is root of a user namespace
+of its own (``private``: the chart's default non-root pods) and each session has its own tmpfs.
+A private zygote gives each request a user namespace of its own, whose maps this side writes
+(:func:`map_user_namespace`: the jail uid onto the worker's, as bubblewrap's jail per request
+has it) when the request's server first reports. Elsewhere (``plain`` workers, root of a
+user-namespaced pod, the ``rlimits`` jail, see :meth:`LocalSandbox.zygote`) each request starts
+its server in a jail as before. ``DISTRS_JUDGE_PYTHON_ZYGOTE=false`` turns it off.
 
 What the host trusts: the zygote is ours and never runs a request's code, but a request's
 server speaks through its socket after it has dropped privileges, so everything after the hello
@@ -40,6 +43,7 @@ from pathlib import Path
 
 from distrs.sandbox.base import Limits, SandboxError
 from distrs.sandbox.cgroups import RunCgroup
+from distrs.sandbox.jail import JAIL_UID
 
 PROTOCOL = b"zygote/1"
 CHILD_SOURCE = Path(__file__).with_name("zygote_child.py")
@@ -64,6 +68,19 @@ def initial_user_namespace(uid_map: str | None = None) -> bool:
         except OSError:
             return False
     return uid_map.split() == ["0", "0", "4294967295"]
+
+
+PRIVATE_MACHINES = ("x86_64", "aarch64")  # those whose pivot_root number zygote_child.py knows
+
+
+def private_proc_covered(proc: Path = Path("/proc")) -> bool:
+    """Whether a zygote's jail would cover parts of its fresh /proc (``sys``, ``sysrq-trigger``,
+    ``irq``, ``bus``: bubblewrap binds those it can write to read-only). In a private request's
+    mount namespace those covers are locked over non-empty directories, so the kernel no longer
+    counts the zygote's /proc as fully visible and refuses the request a fresh one (EPERM).
+    Only a worker that is root of a user namespace mapping a root-owned /proc can write there,
+    i.e. a real root that mapped only itself; a non-root worker's jail has no covers."""
+    return any(os.access(proc / name, os.W_OK) for name in ("sys", "sysrq-trigger", "irq", "bus"))
 
 
 def child_source() -> str:
@@ -113,12 +130,15 @@ class ZygoteJail:
         pidfd: int,
         cgroup: RunCgroup | None,
         zygote: subprocess.Popen[bytes] | None = None,
+        *,
+        own_cgroup: bool = False,
     ) -> None:
         self._sock = sock
         self._zygote = zygote
         self.pid = pid
         self._pidfd = pidfd
         self._cgroup = cgroup
+        self._own_cgroup = own_cgroup  # a one-off cgroup (no pool uid): removed with the server
         self._killed = False
 
     @property
@@ -164,15 +184,25 @@ class ZygoteJail:
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
         self._sock.close()
         os.close(self._pidfd)
+        if self._own_cgroup and self._cgroup is not None:
+            self._cgroup.remove()
 
 
 class Zygote:
     """A jailed zygote for one program (``start`` builds its bubblewrap command and starts it)."""
 
-    def __init__(self, start: Callable[[int], subprocess.Popen[bytes]], program: str, *, proc: bool) -> None:
+    def __init__(
+        self,
+        start: Callable[[int], subprocess.Popen[bytes]],
+        program: str,
+        *,
+        proc: bool,
+        private: bool = False,
+    ) -> None:
         self._start = start
         self._program = program.encode()
         self._proc_mount = proc
+        self.private = private  # each request in a user namespace of its own (``zygote_child.py``)
         self._lock = threading.Lock()
         self._popen: subprocess.Popen[bytes] | None = None
         self._ctl: socket.socket | None = None
@@ -252,9 +282,12 @@ class Zygote:
         limits: Limits,
         args: Sequence[str],
         cgroup: RunCgroup | None,
+        own_cgroup: bool = False,
     ) -> ZygoteJail:
         """A request's fork server in fresh namespaces, with ``limits`` as its own rlimits, in
-        ``cgroup`` (already set up for the run) and as ``uid``; SandboxError if it cannot be."""
+        ``cgroup`` (already set up for the run; removed with the server where ``own_cgroup``)
+        and as ``uid`` (a private zygote's: inside the request's user namespace); SandboxError
+        if it cannot be."""
         line = request_line(uid, self._proc_mount, limits, args)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -269,7 +302,7 @@ class Zygote:
                 for fd in fds[1:]:
                     os.close(fd)
                 theirs.close()
-            return self._accept(mine, cgroup, zygote)
+            return self._accept(mine, cgroup, zygote, own_cgroup)
         except BaseException:
             mine.close()
             raise
@@ -291,7 +324,11 @@ class Zygote:
             raise AssertionError("unreachable")
 
     def _accept(
-        self, sock: socket.socket, cgroup: RunCgroup | None, zygote: subprocess.Popen[bytes]
+        self,
+        sock: socket.socket,
+        cgroup: RunCgroup | None,
+        zygote: subprocess.Popen[bytes],
+        own_cgroup: bool,
     ) -> ZygoteJail:
         sock.settimeout(HELLO_TIMEOUT_S)
         try:
@@ -303,20 +340,60 @@ class Zygote:
         for level, kind, data in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _CRED:
                 pid = array.array("i", data[:_CRED])[0]
-        if msg != b"B\n" or pid <= 1:
-            text = msg[2:].decode(errors="replace").strip() if msg.startswith(b"E ") else repr(msg[:100])
-            raise SandboxError(f"the zygote could not build the request's jail: {text}")
+        if msg != (b"U\n" if self.private else b"B\n") or pid <= 1:
+            raise SandboxError(f"the zygote could not build the request's jail: {_said(msg)}")
         try:
             pidfd = os.pidfd_open(pid)
         except OSError as e:
             raise SandboxError(f"the request's server is gone: {e}") from None
-        jail = ZygoteJail(sock, pid, pidfd, cgroup, zygote)
+        jail = ZygoteJail(sock, pid, pidfd, cgroup, zygote, own_cgroup=own_cgroup)
         try:
+            if self.private:
+                map_user_namespace(pid)
             if cgroup is not None:
                 cgroup.join(pid)
             sock.sendall(b"G\n")
+            if self.private:  # its jail is built after its maps: a failure is still reported
+                msg = _line(sock)  # exactly: the server's own hello may follow at once
+                if msg != b"B\n":
+                    raise SandboxError(f"the zygote could not build the request's jail: {_said(msg)}")
         except OSError as e:
             jail.kill()
             raise SandboxError(f"cannot start the request's server: {e}") from None
+        except SandboxError:
+            jail.kill()
+            raise
         sock.settimeout(None)
         return jail
+
+
+def _line(sock: socket.socket, limit: int = 512) -> bytes:
+    """One line from ``sock`` and not a byte more (shorter at EOF or ``limit``)."""
+    buf = b""
+    while not buf.endswith(b"\n") and len(buf) < limit:
+        chunk = sock.recv(1)
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def _said(msg: bytes) -> str:
+    return msg[2:].decode(errors="replace").strip() if msg.startswith(b"E ") else repr(msg[:100])
+
+
+def id_maps(uid: int, gid: int) -> dict[str, str]:
+    """What a private request's user namespace is given, in the order it is written: as in
+    bubblewrap's jail, the jail uid and gid onto this process's own, no ``setgroups``."""
+    return {"setgroups": "deny", "uid_map": f"{JAIL_UID} {uid} 1\n", "gid_map": f"{JAIL_UID} {gid} 1\n"}
+
+
+def map_user_namespace(pid: int) -> None:
+    """Write the maps of the (still unmapped) user namespace of process ``pid``, from this
+    process's own, its parent (OSError if the kernel refuses)."""
+    for name, text in id_maps(os.geteuid(), os.getegid()).items():
+        fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)

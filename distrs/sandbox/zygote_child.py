@@ -22,12 +22,23 @@ grandchild (the request's "server") is the init of its own PID namespace and
    dir, and runs the program it was started for (the reward type's fork server, whose source the
    zygote compiled and warmed once) as ``__main__`` of ``python -I -B -c PROGRAM ARGS``.
 
+A ``private`` zygote (a non-root worker, root of a user namespace with one mapped uid) differs
+in three steps, so that the request gets what bubblewrap's ``--unshare-user`` jail gives it
+there: its fork clones the zygote's root tree and unshares a user namespace before the others
+(they then belong to it); the server first says ``U`` (the host writes its uid and gid maps and
+moves it into the cgroup, then answers ``G``), puts its jail together on that clone and pivots
+into it (``_build_private_root`` says why), then says ``B``; and it stays the jail uid (65534)
+with the worker's groups, every capability cleared.
+
 Nothing of one request reaches the next: every request has fresh namespaces and its own tmpfs,
 its processes die with its PID namespace, and the zygote's memory is only ever copied from. The
 request's processes cannot reach the zygote: it is outside their PID namespace, runs as root
-while they run as a pool uid, and is never given anything but a request line and three fds.
+(of the worker's user namespace, when private) while they run without capabilities as a pool uid
+(or the jail uid of a user namespace of their own), and is never given anything but a request
+line and three fds.
 
-Started as ``python -I -B -c SOURCE SECCOMP_FD`` (the compiled filter on that fd). Protocol on
+Started as ``python -I -B -c SOURCE SECCOMP_FD MODE [TMP_BIND ...]`` (the compiled filter on that
+fd; MODE ``pool`` or ``private``; read-only binds below /tmp, see ``TMP_BINDS``). Protocol on
 fd 0 (a unix stream socket from the host; everything here trusts only the host)::
 
     host -> zygote  b"P LENGTH\\n" + the program's source
@@ -35,8 +46,13 @@ fd 0 (a unix stream socket from the host; everything here trusts only the host):
     host -> zygote  b"Q UID PROC CPU MEMKIND MEM NPROC FSIZE NOFILE ARGS\\n"  with 3 fds
                     (SCM_RIGHTS: the request's socket, its work dir and its /tmp mount);
                     PROC 0|1, limits as integers (-1: none), ARGS hex-encoded, comma-separated
+  pool:
     server -> host  b"B\\n" (host reads its pid from the credentials) or b"E message\\n"
     host -> server  b"G\\n"                                       joined its cgroup: go on
+  private:
+    server -> host  b"U\\n" (pid from the credentials) or b"E message\\n"
+    host -> server  b"G\\n"                      its user namespace mapped, joined its cgroup
+    server -> host  b"B\\n" or b"E message\\n"                  its jail is built
 
 The host closing fd 0 ends the zygote; the zygote dying ends every request's jail (it is the init
 of the PID namespace they are nested in).
@@ -55,6 +71,7 @@ import sys
 
 PROTOCOL = b"zygote/1"
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -75,6 +92,8 @@ IFF_UP = 1
 AT_FDCWD = -100
 SYS_MOVE_MOUNT = 429  # the same number on every architecture (the unified table from 5.1 on)
 SYS_OPEN_TREE = 428
+# not unified: those of the machines a private zygote serves (``zygote.PRIVATE_MACHINES``)
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)
 OPEN_TREE_CLONE = 1
 OPEN_TREE_CLOEXEC = 0o2000000
 AT_RECURSIVE = 0x8000
@@ -89,6 +108,9 @@ LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only in a fresh /proc, as bubblewrap does
 SETUP_FAILED = 127
 EINVAL = 22  # past the kernel's last capability
+JAIL_WORKDIR = "/jail/work"
+# an empty directory of the zygote's root, where a private request's root is put together
+NEW_ROOT = JAIL_WORKDIR
 
 
 class SockFprog(ctypes.Structure):
@@ -172,31 +194,74 @@ def _move(libc, fd, target):
 
 def _build_mounts(libc, work_fd, tmp_fd, proc):
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
-    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
-    kept = [
-        (_check(libc.syscall(SYS_OPEN_TREE, AT_FDCWD, p.encode(), flags), f"open_tree {p}"), p)
-        for p in TMP_BINDS
-    ]
+    kept = [(_open_tree(libc, p), p) for p in TMP_BINDS]
     for _, path in reversed(kept):  # the zygote's own: they would stay listed under the new /tmp
         _check(libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
     _move(libc, tmp_fd, "/tmp")
     for fd, path in kept:  # made by root in the request's fresh /tmp: not the request's to change
         os.makedirs(path, 0o755, exist_ok=True)
         _move(libc, fd, path)
-    _move(libc, work_fd, "/jail/work")
+    _move(libc, work_fd, JAIL_WORKDIR)
     if proc:  # the zygote's own /proc (its PID namespace's) goes; a fresh one for this namespace
         _check(libc.umount2(b"/proc", MNT_DETACH), "umount /proc")
-        _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        for name in PROC_COVERED:  # as bubblewrap does: those it could write to, read-only
-            path = f"/proc/{name}"
-            if os.access(path, os.W_OK):
-                _mount(libc, path, path, None, MS_BIND | MS_REC)
-                flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
-                _mount(libc, None, path, None, flags)
-    if os.path.ismount("/dev/pts"):  # a devpts instance of its own: no pty of another request
-        _check(libc.umount2(b"/dev/pts", MNT_DETACH), "umount /dev/pts")
+        _fresh_proc(libc, "/proc")
+    _fresh_devpts(libc, "/dev/pts")
+
+
+def _open_tree(libc, path):
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
+    return _check(libc.syscall(SYS_OPEN_TREE, AT_FDCWD, path.encode(), flags), f"open_tree {path}")
+
+
+def _fresh_proc(libc, proc):
+    """A fresh ``/proc`` for this PID namespace with those of ``PROC_COVERED`` that this process
+    could write to read-only, as bubblewrap does (``proc`` is where it goes)."""
+    _mount(libc, "proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in PROC_COVERED:
+        path = f"{proc}/{name}"
+        if os.access(path, os.W_OK):
+            _mount(libc, path, path, None, MS_BIND | MS_REC)
+            flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+            _mount(libc, None, path, None, flags)
+
+
+def _fresh_devpts(libc, pts):
+    """A devpts instance of its own at ``pts`` (where the zygote has one): no pty of another request."""
+    if os.path.ismount(pts):
+        _check(libc.umount2(pts.encode(), MNT_DETACH), f"umount {pts}")
         flags = MS_NOSUID | MS_NOEXEC
-        _mount(libc, "devpts", "/dev/pts", "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
+        _mount(libc, "devpts", pts, "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
+
+
+def _build_private_root(libc, root_fd, work_fd, tmp_fd, proc):
+    """A private request's mounts (see ``_request``): its mount namespace belongs to its own user
+    namespace, so every mount copied into it from the zygote's is locked (the kernel lets no
+    unprivileged namespace reveal what lies under one). The zygote's root tree, cloned by the
+    zygote's fork while still in the zygote's user namespace (``root_fd``), is not: it is put
+    together on ``NEW_ROOT`` (the request's /tmp and work dir moved in, the zygote's /proc and
+    devpts replaced by fresh ones), becomes the root (``pivot_root``), and the old root, locked
+    mounts and all, is detached as one tree."""
+    if SYS_PIVOT_ROOT is None:
+        raise OSError(38, f"pivot_root: no system call number known for {os.uname().machine}")
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    _move(libc, root_fd, NEW_ROOT)
+    kept = [(_open_tree(libc, NEW_ROOT + p), p) for p in TMP_BINDS]
+    for _, path in reversed(kept):  # the zygote's own: they would stay listed under the new /tmp
+        _check(libc.umount2((NEW_ROOT + path).encode(), MNT_DETACH), f"umount {path}")
+    _move(libc, tmp_fd, NEW_ROOT + "/tmp")
+    for fd, path in kept:  # made in the request's fresh /tmp: not the request's to change
+        os.makedirs(NEW_ROOT + path, 0o755, exist_ok=True)
+        _move(libc, fd, NEW_ROOT + path)
+    _move(libc, work_fd, NEW_ROOT + JAIL_WORKDIR)
+    if os.path.ismount(NEW_ROOT + "/proc"):  # the zygote's (its PID namespace's)
+        _check(libc.umount2((NEW_ROOT + "/proc").encode(), MNT_DETACH), "umount /proc")
+    if proc:  # allowed while the old root's /proc is still there to show procfs is not hidden
+        _fresh_proc(libc, NEW_ROOT + "/proc")
+    _fresh_devpts(libc, NEW_ROOT + "/dev/pts")
+    os.chdir(NEW_ROOT)
+    _check(libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
+    _check(libc.umount2(b".", MNT_DETACH), "detach the old root")
+    os.chdir("/")
 
 
 def _loopback_up():
@@ -208,7 +273,7 @@ def _loopback_up():
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | IFF_UP))
 
 
-def _drop_privileges(libc, uid, limits, bpf):
+def _drop_privileges(libc, uid, limits, bpf, private):
     cpu, mem_kind, mem, nproc, fsize, nofile = limits
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -225,11 +290,13 @@ def _drop_privileges(libc, uid, limits, bpf):
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != EINVAL:
             raise OSError(ctypes.get_errno(), f"cannot drop capability {cap} from the bounding set")
     _check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
-    os.setgroups([])
+    if not private:  # a private request's groups are the worker's, mapped as in bubblewrap's jail,
+        os.setgroups([])  # and its user namespace refuses setgroups (denied before its maps)
     os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)  # clears the permitted and effective sets (no keep-caps)
+    os.setresuid(uid, uid, uid)  # pool: clears the permitted and effective sets (no keep-caps)
     header, data = CapHeader(LINUX_CAPABILITY_VERSION_3, 0), (CapData * 2)()
-    _check(libc.capset(ctypes.byref(header), data), "clear inheritable capabilities")
+    # every set cleared: the inheritable one, and (private) all that a new user namespace gave
+    _check(libc.capset(ctypes.byref(header), data), "clear capabilities")
     _check(libc.capget(ctypes.byref(header), data), "capget")
     if any(d.effective or d.permitted or d.inheritable for d in data) or os.getresuid() != (uid, uid, uid):
         raise OSError(1, "privileges were not dropped")
@@ -238,8 +305,9 @@ def _drop_privileges(libc, uid, limits, bpf):
     _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp filter")
 
 
-def _become_server(libc, chan, work_fd, tmp_fd, fields, code, bpf):
-    """In the request's server (init of its PID namespace): build its jail, then the job."""
+def _become_server(libc, chan, work_fd, tmp_fd, fields, code, bpf, root_fd):
+    """In the request's server (init of its PID namespace): build its jail, then the job.
+    ``root_fd``: the zygote's root tree for a private request (``_request``), else None."""
     uid, proc = int(fields[1]), fields[2] == b"1"
     if uid <= 0:
         raise ValueError("a request never runs as root")
@@ -248,24 +316,39 @@ def _become_server(libc, chan, work_fd, tmp_fd, fields, code, bpf):
     mem, nproc, fsize, nofile = (int(f) for f in fields[5:9])
     args = [bytes.fromhex(a.decode()).decode() for a in fields[9].split(b",")] if fields[9] != b"-" else []
     os.setsid()
-    _build_mounts(libc, work_fd, tmp_fd, proc)
-    _loopback_up()
-    _write_all(chan, b"B\n")  # the host reads this process's pid from the credentials
-    if _read_line(chan) != b"G":
-        os._exit(SETUP_FAILED)
+    private = root_fd is not None
+    if private:  # the host maps its user namespace (and joins it to the cgroup) first
+        _write_all(chan, b"U\n")  # the host reads this process's pid from the credentials
+        if _read_line(chan) != b"G":
+            os._exit(SETUP_FAILED)
+        _build_private_root(libc, root_fd, work_fd, tmp_fd, proc)
+        _loopback_up()
+        _write_all(chan, b"B\n")
+    else:
+        _build_mounts(libc, work_fd, tmp_fd, proc)
+        _loopback_up()
+        _write_all(chan, b"B\n")  # the host reads this process's pid from the credentials
+        if _read_line(chan) != b"G":
+            os._exit(SETUP_FAILED)
     _check(libc.unshare(CLONE_NEWCGROUP), "unshare cgroup")
-    _drop_privileges(libc, uid, (cpu, mem_kind, mem, nproc, fsize, nofile), bpf)
+    _drop_privileges(libc, uid, (cpu, mem_kind, mem, nproc, fsize, nofile), bpf, private)
     os.dup2(chan, 0)
     os.dup2(chan, 1)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     os.closerange(3, 1 << 20)
-    os.chdir("/jail/work")
+    os.chdir(JAIL_WORKDIR)
     return Job(code, args)
 
 
-def _request(libc, ctl, msg, fds, code, bpf):
-    """In the zygote's fork for one request: fresh namespaces, then the server in them."""
+def _request(libc, ctl, msg, fds, code, bpf, private):
+    """In the zygote's fork for one request: fresh namespaces, then the server in them.
+
+    ``private`` (a worker that is root of a user namespace with one mapped uid): first a user
+    namespace of the request's own, so that the namespaces made next belong to it and whatever
+    capabilities the request holds reach nothing of the zygote's or of another request; the
+    host maps its uid and gid (bubblewrap's jail uid onto the worker's, ``setgroups`` denied).
+    The zygote's root tree is cloned before, while a clone of it is still unlocked."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     ctl.close()
     chan, work_fd, tmp_fd = fds
@@ -273,11 +356,15 @@ def _request(libc, ctl, msg, fds, code, bpf):
         fields = msg.rstrip(b"\n").split(b" ")
         if len(fields) != 10 or fields[0] != b"Q":
             raise ValueError(f"malformed request {msg[:100]!r}")
+        root_fd = None
+        if private:
+            root_fd = _open_tree(libc, "/")
+            _check(libc.unshare(CLONE_NEWUSER), "unshare user")
         flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
         _check(libc.unshare(flags), "unshare")
         if os.fork() != 0:
             os._exit(0)  # the server is reparented to the zygote, which reaps it
-        return _become_server(libc, chan, work_fd, tmp_fd, fields, code, bpf)
+        return _become_server(libc, chan, work_fd, tmp_fd, fields, code, bpf, root_fd)
     except BaseException as e:  # the jail could not be built: the host reports a sandbox failure
         with_text = f"E {type(e).__name__}: {e}".encode(errors="replace").replace(b"\n", b" ")[:400]
         try:
@@ -330,7 +417,10 @@ def serve():
     gc.freeze()  # what is here now stays out of every fork's collections (no copy-on-write)
     with open(int(sys.argv[1]), "rb") as f:
         bpf = f.read()
-    TMP_BINDS[:] = sys.argv[2:]
+    if sys.argv[2] not in ("pool", "private"):
+        raise SystemExit("zygote: no mode")
+    private = sys.argv[2] == "private"
+    TMP_BINDS[:] = sys.argv[3:]
     if not bpf or len(bpf) % 8:
         raise SystemExit("zygote: no seccomp filter")
     null = os.open(os.devnull, os.O_RDWR)
@@ -349,7 +439,7 @@ def serve():
                 os.close(fd)
             raise SystemExit("zygote: malformed request")
         if os.fork() == 0:
-            return _request(libc, ctl, msg, fds, code, bpf)
+            return _request(libc, ctl, msg, fds, code, bpf, private)
         for fd in fds:
             os.close(fd)
 

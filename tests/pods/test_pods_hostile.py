@@ -165,6 +165,11 @@ def test_default_install_contains_the_hostile_set(pod_system: Callable[..., Syst
     assert spec["securityContext"]["seccompProfile"]["type"] == "Localhost"
     assert spec["securityContext"]["runAsNonRoot"] is True
     _assert_contained(s)
+    # the python type forks each request from its zygote here too (a user namespace per request):
+    # a case inherits the zygote's own imports (socket), which a server started per request lacks
+    code = "import os, sys\nprint(os.getuid(), os.getgid(), 'socket' in sys.modules)"
+    (r,) = judge(s, [_py(code, "65534 65534 True")])
+    assert r["status"] == "ok", r
 
 
 def test_user_namespaced_pods_contain_the_hostile_set(pod_system: Callable[..., System]) -> None:

@@ -33,10 +33,10 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(params=[True, False], ids=["zygote", "jail-per-call"])
 def sandbox(request: pytest.FixtureRequest, bwrap_sandbox: LocalSandbox) -> Iterator[LocalSandbox]:
-    """The jail as a call gets it: forked from a zygote (where the worker can switch uids) or
+    """The jail as a call gets it: forked from a zygote (a root worker, or root of a user namespace of its own) or
     a jail and an interpreter per call."""
     if request.param and os.geteuid() != 0:
-        pytest.skip("a zygote needs a worker that can switch uids (root)")
+        pytest.skip("a zygote needs a root worker (or root of a user namespace of its own)")
     bwrap_sandbox.plugin_zygote = request.param  # type: ignore[attr-defined]
     yield bwrap_sandbox
     if request.param:  # the calls did go through the zygote

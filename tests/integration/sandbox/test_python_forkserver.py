@@ -105,10 +105,10 @@ def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalSan
 
 @pytest.fixture(params=[True, False], ids=["zygote", "jail-per-request"])
 def warm(request: pytest.FixtureRequest) -> JudgeSettings:
-    """The fork server forked from a zygote (where the worker can switch uids) or started in a
-    jail of its own per request."""
+    """The fork server forked from a zygote (a root worker, or root of a user namespace of its
+    own) or started in a jail of its own per request."""
     if request.param and os.geteuid() != 0:
-        pytest.skip("a zygote needs a worker that can switch uids (root)")
+        pytest.skip("a zygote needs a root worker (or root of a user namespace of its own)")
     return SETTINGS if request.param else NO_ZYGOTE
 
 
@@ -377,18 +377,16 @@ def _hostile_server(replace: str, by: str) -> str:
 
 
 REPORT = "        _write_all(ctl_out, head.encode() + out + err)\n"
+FORGED_REPORTS = [
+    '        _write_all(ctl_out, b"D 0 exited 0 0.1 0.1 2 0 0 0\\n42")\n',  # another request's id
+    '        _write_all(ctl_out, head.replace("exited", "fine").encode() + out + err)\n',
+    '        _write_all(ctl_out, head.replace(f" {len(out)} ", " 999999999 ", 1).encode() + out)\n',
+    '        _write_all(ctl_out, b"garbage\\n")\n',
+    '        _write_all(ctl_out, b"x" * 100000)\n',
+]
 
 
-@pytest.mark.parametrize(
-    "forged",
-    [
-        '        _write_all(ctl_out, b"D 0 exited 0 0.1 0.1 2 0 0 0\\n42")\n',  # another request's id
-        '        _write_all(ctl_out, head.replace("exited", "fine").encode() + out + err)\n',
-        '        _write_all(ctl_out, head.replace(f" {len(out)} ", " 999999999 ", 1).encode() + out)\n',
-        '        _write_all(ctl_out, b"garbage\\n")\n',
-        '        _write_all(ctl_out, b"x" * 100000)\n',
-    ],
-)
+@pytest.mark.parametrize("forged", FORGED_REPORTS)
 @FORKED
 def test_anything_malformed_from_the_server_is_a_sandbox_failure(
     tmp_path: Path, forged: str, forked: bool
@@ -491,7 +489,7 @@ def test_the_setting_turns_it_off(tmp_path: Path) -> None:
 
 def test_one_zygote_serves_every_request_and_its_setting_turns_it_off(tmp_path: Path) -> None:
     if os.geteuid() != 0:
-        pytest.skip("a zygote needs a worker that can switch uids (root)")
+        pytest.skip("a zygote needs a root worker (or root of a user namespace of its own)")
     sb = _sandbox(tmp_path)
     exe, mounts = interpreter("")
     code = "import os\nprint(os.getppid(), os.getuid() != 0)"
@@ -514,7 +512,7 @@ def test_one_zygote_serves_every_request_and_its_setting_turns_it_off(tmp_path: 
 
 def test_a_zygote_that_dies_mid_case_is_a_sandbox_failure_and_is_started_afresh(tmp_path: Path) -> None:
     if os.geteuid() != 0:
-        pytest.skip("a zygote needs a worker that can switch uids (root)")
+        pytest.skip("a zygote needs a root worker (or root of a user namespace of its own)")
     sb = _sandbox(tmp_path)
     exe, mounts = interpreter("")
     zygote = sb.zygote(exe, forkserver_source(), mounts)
@@ -691,7 +689,7 @@ def test_a_zygote_serves_an_interpreter_whose_prefix_lies_under_tmp(tmp_path: Pa
     so each server puts the zygote's read-only binds below /tmp back on top of it, as bubblewrap
     binds them after its /tmp. Every run is still that of a jail per case."""
     if os.geteuid() != 0:
-        pytest.skip("a zygote needs a worker that can switch uids (root)")
+        pytest.skip("a zygote needs a root worker (or root of a user namespace of its own)")
     venv = Path(tempfile.mkdtemp(prefix="distrs-zygote-venv-", dir="/tmp"))
     try:
         subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)

@@ -548,7 +548,8 @@ def test_profile_is_the_runtime_default_plus_the_jails_namespace_calls() -> None
         k: v for k, v in base.items() if k != "syscalls"
     }
     assert len(added) == 1 and added[0]["action"] == "SCMP_ACT_ALLOW"
-    assert sorted(added[0]["names"]) == ["clone", "mount", "pivot_root", "umount2", "unshare"]
+    names = ["clone", "mount", "move_mount", "open_tree", "pivot_root", "umount2", "unshare"]
+    assert sorted(added[0]["names"]) == names
     assert "args" not in added[0] and "includes" not in added[0]
 
 

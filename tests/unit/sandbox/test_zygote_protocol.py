@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from distrs.sandbox import Limits, MemoryKind
-from distrs.sandbox.zygote import initial_user_namespace, request_line
+from distrs.sandbox.zygote import id_maps, initial_user_namespace, private_proc_covered, request_line
 
 
 def test_request_line_carries_uid_proc_every_rlimit_and_hex_arguments() -> None:
@@ -34,3 +36,18 @@ def test_only_the_initial_user_namespace_forks_requests_from_a_zygote() -> None:
     assert not initial_user_namespace("         0     100000      65536\n")
     assert not initial_user_namespace("         0          0 4294967295\n      1 1 1\n")
     assert not initial_user_namespace("")
+
+
+def test_a_private_requests_user_namespace_maps_the_jail_uid_onto_the_workers_with_setgroups_denied() -> None:
+    """As bubblewrap maps its jail per request: setgroups denied before the gid map, one id each."""
+    maps = id_maps(10001, 10002)
+    assert list(maps) == ["setgroups", "uid_map", "gid_map"]
+    assert maps == {"setgroups": "deny", "uid_map": "65534 10001 1\n", "gid_map": "65534 10002 1\n"}
+
+
+def test_a_proc_with_parts_bubblewrap_would_cover_is_told_apart(tmp_path: Path) -> None:
+    assert not private_proc_covered(tmp_path)  # none of sys, sysrq-trigger, irq, bus to write to
+    (tmp_path / "status").write_text("")
+    assert not private_proc_covered(tmp_path)
+    (tmp_path / "irq").mkdir()
+    assert private_proc_covered(tmp_path)
