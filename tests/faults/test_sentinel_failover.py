@@ -94,13 +94,13 @@ async def test_a_killed_primary_loses_doubles_and_changes_nothing_through_the_pr
             assert time.monotonic() < deadline, f"batch {task} did not finish after the failover"
             await asyncio.sleep(0.1)
 
-    # WAIT up to 10 s: the checks are about what an acknowledgement means once the replica has
+    # WAIT up to 2 s: the checks are about what an acknowledgement means once the replica has
     # answered (a shortfall on a loaded machine would acknowledge a write on the primary only)
     with running_service(
         workers={"compile": 2},
         redis_url=deployment.url,
         proxy_args=["--redis-mode", "sentinel"],
-        env={"DISTRS_REDIS_WAIT_TIMEOUT_MS": "10000"},
+        env={"DISTRS_REDIS_WAIT_TIMEOUT_MS": "2000"},
     ) as svc:
         async with httpx.AsyncClient(
             base_url=svc.url, headers={"Authorization": f"Bearer {TRAINER_A}"}, timeout=60

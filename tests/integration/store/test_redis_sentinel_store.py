@@ -33,12 +33,12 @@ T = TypeVar("T")
 
 
 def _settings(url: str) -> StoreSettings:
-    # WAIT up to 10 s: what is checked is what an acknowledgement means once the replica has
+    # WAIT up to 2 s: what is checked is what an acknowledgement means once the replica has
     # answered; the default 500 ms can run out on a loaded test machine, and a write acknowledged
     # after a shortfall is on its primary only (docs/store.md), which these tests are not about
     return StoreSettings.model_validate(
         {"redis_url": url, "redis_mode": "sentinel", "default_batch_span_s": 600,
-         "redis_wait_timeout_ms": 10_000}
+         "redis_wait_timeout_ms": 2000}
     )  # fmt: skip
 
 
