@@ -30,6 +30,7 @@ it includes starting the worker processes). Verdicts of the service and the base
 compared and the number that differ is reported.
 
     .venv/bin/python benchmarks/short_rewards.py          # writes benchmarks/results/short_rewards.{json,md}
+    .venv/bin/python benchmarks/short_rewards.py --only cpp --rounds 1  # short_rewards_cpp.{json,md}
     .venv/bin/python benchmarks/short_rewards.py --quick  # smaller sizes for a smoke test
     .venv/bin/python benchmarks/short_rewards.py --quick --only python \
         --service-env DISTRS_JUDGE_PYTHON_FORK_SERVER=0   # one workload; a setting for the service
@@ -682,8 +683,10 @@ def main() -> None:
         args.math, args.python, args.cpp, args.rounds = 300, 40, 40, 1
     res = asyncio.run(_amain(args))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "short_rewards.json").write_text(json.dumps(res, indent=2) + "\n")
-    (args.out / "short_rewards.md").write_text(_markdown(res))
+    # one workload's run goes to a file of its own, so that it never overwrites the others' figures
+    name = f"short_rewards_{args.only}" if args.only else "short_rewards"
+    (args.out / f"{name}.json").write_text(json.dumps(res, indent=2) + "\n")
+    (args.out / f"{name}.md").write_text(_markdown(res))
     print(_markdown(res))
 
 
