@@ -26,6 +26,7 @@ from distrs.proxy.auth import TokenTable
 from distrs.proxy.credentials import CredentialIssuer, derive_secret
 from distrs.proxy.deps import AppState
 from distrs.proxy.gc_policy import GcPolicy
+from distrs.proxy.plain_routes import plain
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes import catalog, ops, trainer, worker, workers
 from distrs.store.base import QueueStore
@@ -168,7 +169,10 @@ def create_app(
     # a lease's CPU). Their routers carry everything an inclusion would add (prefix, tags, and
     # for the trainer routes this app's response class; the worker routes return their
     # responses themselves).
-    app.router.routes[0:0] = [*worker.router.routes, *trainer.router.routes]
+    # Those of them that take only the request are served as plain Starlette routes, ahead of
+    # everything (``plain_routes.py``); the FastAPI routes behind them document them.
+    hot = [*worker.router.routes, *trainer.router.routes]
+    app.router.routes[0:0] = [*plain(hot), *hot]
     app.include_router(workers.router)
     app.include_router(ops.router)
     app.include_router(catalog.router)

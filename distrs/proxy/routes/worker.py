@@ -140,7 +140,7 @@ def heartbeat_period(ttl_s: float) -> float:
 async def _parse(request: Request, model: type[M]) -> M:
     """The body as ``model``, read like every other route's (``proxy/body.py``): 400 for
     malformed JSON, 422 naming the field for a lone surrogate or an invalid value."""
-    return json_body.parse(await request.body(), model)
+    return json_body.parse(await json_body.raw(request), model)
 
 
 @router.post(
