@@ -8,6 +8,7 @@ never await internally before their state change, so each one is atomic on the e
 from __future__ import annotations
 
 import heapq
+import itertools
 import uuid
 from collections import deque
 from collections.abc import Collection, Sequence
@@ -73,6 +74,9 @@ class MemoryStore:
         self._event_seq = 0
         self._seq = 0
         self._notify = Notifier()
+        # lease ids: a random prefix per store and a counter (no urandom call per lease)
+        self._lease_prefix = uuid.uuid4().hex[:16]
+        self._lease_counter = itertools.count(1)
 
     # lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -227,7 +231,7 @@ class MemoryStore:
             rec.state = RequestState.RUNNING
             rec.attempts += 1
             lease = Lease(
-                lease_id=uuid.uuid4().hex,
+                lease_id=f"{self._lease_prefix}{next(self._lease_counter):x}",
                 request_id=rid,
                 task=task,
                 batch_id=rec.batch_id,
