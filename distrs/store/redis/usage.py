@@ -31,6 +31,7 @@ from distrs.store.errors import StoreError
 from distrs.store.redis.base import RedisBase, num
 from distrs.store.redis.batches import BatchOps
 from distrs.store.redis.leases import LeaseOps
+from distrs.store.redis.usage_batch import DeltaBatcher, FinishedDeltas
 
 _INF = "+inf"
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 class UsageOps(BatchOps, LeaseOps, RedisBase):
     """``tenant_usage`` (QueueStore), and the counter updates around submit, complete(_many) and
     requeue_expired (their state changes are the other mixins')."""
+
+    _finished_batcher: DeltaBatcher | None = None  # made on first use, in the store's loop
 
     async def submit(self, requests: list[NewRequest], now: float) -> SubmitOutcome:
         out = await super().submit(requests, now)
@@ -225,29 +228,32 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
             return
         k, ttl = self.keys, self.settings.result_ttl_s
         known = known_completion or {}
-        # summed per batch and per tenant: a bundle's 32 results of one batch are a few commands
-        batches: dict[tuple[str, str, str], list[Any]] = {}  # (tenant, task, batch) -> [n, bytes, done]
-        tenants: dict[str, list[int]] = {}  # tenant -> [n, bytes]
+        # summed per batch and per tenant, over every completion of this tick (usage_batch.py)
+        deltas = FinishedDeltas()
         for rec, completed in rows:
             assert rec.result is not None
             size = len(rec.result.model_dump_json())
-            b = batches.setdefault((rec.tenant, rec.task, rec.batch_id), [0, 0, False])
-            b[0], b[1], b[2] = b[0] + 1, b[1] + size, b[2] or completed
-            t = tenants.setdefault(rec.tenant, [0, 0])
-            t[0], t[1] = t[0] + 1, t[1] + size
+            expiry = known.get((rec.task, rec.batch_id), now) + ttl if completed else None
+            deltas.add(rec.tenant, k.batch(rec.task, rec.batch_id), 1, size, expiry)
+        if self._finished_batcher is None:
+            self._finished_batcher = DeltaBatcher(self._send_finished)
+        await self._finished_batcher.add(deltas)
+
+    async def _send_finished(self, deltas: FinishedDeltas) -> None:
+        """One pipeline of the counter updates of ``deltas`` (logged, never raised: ``_count``)."""
+        k = self.keys
 
         async def count() -> None:
             async with self._r.pipeline(transaction=False) as p:
-                for (tenant, task, batch_id), (n, size, completed) in batches.items():
-                    bkey = k.batch(task, batch_id)
-                    p.hincrby(k.usage_bytes(tenant), bkey, size)
-                    if completed:
+                for (tenant, bkey), b in deltas.batches.items():
+                    p.hincrby(k.usage_bytes(tenant), bkey, b.size)
+                    if b.expiry is not None:
                         p.hdel(k.usage_queued(tenant), bkey)
-                        p.zadd(k.usage_expiry(tenant), {bkey: known.get((task, batch_id), now) + ttl})
+                        p.zadd(k.usage_expiry(tenant), {bkey: b.expiry})
                     else:
-                        p.hincrby(k.usage_queued(tenant), bkey, -n)
+                        p.hincrby(k.usage_queued(tenant), bkey, -b.n)
                         p.zadd(k.usage_expiry(tenant), {bkey: math.inf}, nx=True)
-                for tenant, (n, size) in tenants.items():
+                for tenant, (n, size) in deltas.tenants.items():
                     p.hincrby(k.usage_totals(tenant), "queued", -n)
                     p.hincrby(k.usage_totals(tenant), "bytes", size)
                 await p.execute()
