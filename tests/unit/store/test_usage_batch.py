@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import asyncio
 
-from distrs.store.redis.usage_batch import BatchDelta, DeltaBatcher, FinishedDeltas
+from distrs.store.redis.usage_batch import BatchDelta, DeltaBatcher, UsageDeltas
 
 
-def _one(tenant: str, bkey: str, size: int, expiry: float | None = None) -> FinishedDeltas:
-    d = FinishedDeltas()
+def _one(tenant: str, bkey: str, size: int, expiry: float | None = None) -> UsageDeltas:
+    d = UsageDeltas()
     d.add(tenant, bkey, 1, size, expiry)
     return d
 
 
 async def test_deltas_of_one_tick_are_summed_and_sent_once() -> None:
-    sent: list[FinishedDeltas] = []
+    sent: list[UsageDeltas] = []
 
-    async def send(d: FinishedDeltas) -> None:
+    async def send(d: UsageDeltas) -> None:
         sent.append(d)
 
     b = DeltaBatcher(send)
@@ -38,9 +38,9 @@ async def test_deltas_of_one_tick_are_summed_and_sent_once() -> None:
 
 async def test_callers_return_after_the_send_and_a_cancelled_one_is_sent_anyway() -> None:
     gate = asyncio.Event()
-    sent: list[FinishedDeltas] = []
+    sent: list[UsageDeltas] = []
 
-    async def send(d: FinishedDeltas) -> None:
+    async def send(d: UsageDeltas) -> None:
         await gate.wait()
         sent.append(d)
 
@@ -53,3 +53,21 @@ async def test_callers_return_after_the_send_and_a_cancelled_one_is_sent_anyway(
     gate.set()
     await waiting
     assert sent and sent[0].tenants == {"a": [2, 10]}
+
+
+async def test_submissions_and_results_of_one_tick_share_one_send() -> None:
+    sent: list[UsageDeltas] = []
+
+    async def send(d: UsageDeltas) -> None:
+        sent.append(d)
+
+    b = DeltaBatcher(send)
+    submitted = UsageDeltas()
+    submitted.submit("a", "b1", 3)
+    submitted.submit("a", "b2", 1)
+    again = UsageDeltas()
+    again.submit("a", "b1", 2)
+    await asyncio.gather(b.add(submitted), b.add(again), b.add(_one("a", "b1", 9)))
+    assert len(sent) == 1
+    assert sent[0].submitted == {("a", "b1"): 5, ("a", "b2"): 1} and sent[0].tenants_submitted == {"a": 6}
+    assert sent[0].batches[("a", "b1")] == BatchDelta(n=1, size=9) and sent[0].tenants == {"a": [1, 9]}
