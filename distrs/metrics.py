@@ -54,6 +54,7 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         self.tenant_labels = tenant_labels
         self._stage_children: dict[str, tuple[Any, Any, Any]] = {}
+        self._finished_children: dict[tuple[str, str], Any] = {}
         r = self.registry
         self.queue_depth = TaskLabelled(
             Gauge("distrs_queue_depth", "Requests waiting per stage and task", ["stage", "task"], registry=r),
@@ -190,6 +191,15 @@ class Metrics:
                 self.worker_seconds_busy.labels(stage),
             )
             self._stage_children[stage] = got
+        return got
+
+    def finished_child(self, reward_type: str, status: str) -> Any:
+        """The ``requests_finished`` counter of (``reward_type``, ``status``), looked up once (as
+        ``stage_children``: a few reward types times seven statuses, never cleared)."""
+        key = (reward_type, status)
+        got = self._finished_children.get(key)
+        if got is None:
+            got = self._finished_children[key] = self.requests_finished.labels(reward_type, status)
         return got
 
 

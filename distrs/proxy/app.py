@@ -26,6 +26,7 @@ from distrs.proxy.auth import TokenTable
 from distrs.proxy.credentials import CredentialIssuer, derive_secret
 from distrs.proxy.deps import AppState
 from distrs.proxy.gc_policy import GcPolicy
+from distrs.proxy.plain_routes import plain
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes import catalog, ops, trainer, worker, workers
 from distrs.store.base import QueueStore
@@ -43,10 +44,19 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        chunked = False
         for k, v in scope.get("headers", []):
             if k == b"content-length" and v.isdigit() and int(v) > self.limit:
                 await self._reject(send)
                 return
+            if k == b"transfer-encoding":
+                chunked = True
+        if not chunked:
+            # Without Transfer-Encoding an HTTP/1.1 body is exactly Content-Length bytes (none
+            # without one), held to the limit above: the server hands the app no more, so there
+            # is nothing to count (and no receive wrapper to pay for on every call)
+            await self.app(scope, receive, send)
+            return
         seen = 0
 
         async def limited() -> Any:
@@ -168,7 +178,10 @@ def create_app(
     # a lease's CPU). Their routers carry everything an inclusion would add (prefix, tags, and
     # for the trainer routes this app's response class; the worker routes return their
     # responses themselves).
-    app.router.routes[0:0] = [*worker.router.routes, *trainer.router.routes]
+    # Those of them that take only the request are served as plain Starlette routes, ahead of
+    # everything (``plain_routes.py``); the FastAPI routes behind them document them.
+    hot = [*worker.router.routes, *trainer.router.routes]
+    app.router.routes[0:0] = [*plain(hot), *hot]
     app.include_router(workers.router)
     app.include_router(ops.router)
     app.include_router(catalog.router)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import orjson
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from distrs.proxy.errors import ApiError, invalid
 
@@ -88,8 +89,33 @@ def parse_value(data: Any, model: type[M]) -> M:
         raise invalid(exc) from None
 
 
+async def raw(request: Request) -> bytes:
+    """The request's whole body, read as ``Request.body()`` reads it (``ClientDisconnect`` if the
+    client goes away first) but straight from the ASGI messages: Starlette's reader costs a
+    generator, a context manager and a weak set per call, and a hot route's body is one message.
+    The body is kept on the request, so a later ``request.body()`` answers it."""
+    got: bytes | None = getattr(request, "_body", None)
+    if got is not None:
+        return got
+    receive = request.receive
+    chunks: list[bytes] = []
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.request":
+            chunk = msg.get("body", b"")
+            if chunk:
+                chunks.append(chunk)
+            if not msg.get("more_body", False):
+                break
+        elif msg["type"] == "http.disconnect":
+            raise ClientDisconnect()
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    request._body = body
+    return body
+
+
 async def read(request: Request, model: type[M]) -> M:
-    return parse(await request.body(), model)
+    return parse(await raw(request), model)
 
 
 def body_doc(*models: type[BaseModel]) -> dict[str, Any]:

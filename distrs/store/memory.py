@@ -8,6 +8,7 @@ never await internally before their state change, so each one is atomic on the e
 from __future__ import annotations
 
 import heapq
+import itertools
 import uuid
 from collections import deque
 from collections.abc import Collection, Sequence
@@ -63,6 +64,7 @@ class MemoryStore:
         self._batches: dict[tuple[str, str], BatchInfo] = {}
         self._batch_requests: dict[tuple[str, str], list[str]] = {}
         self._result_bytes: dict[tuple[str, str], int] = {}  # per batch: JSON bytes of its results
+        self._finished: list[tuple[float, tuple[str, str]]] = []  # (completed_at, batch key) heap
         self._task_owner: dict[str, str] = {}
         self._requests: dict[tuple[str, str], RequestRecord] = {}
         self._queues: dict[str, list[_HeapItem]] = {}
@@ -73,6 +75,9 @@ class MemoryStore:
         self._event_seq = 0
         self._seq = 0
         self._notify = Notifier()
+        # lease ids: a random prefix per store and a counter (no urandom call per lease)
+        self._lease_prefix = uuid.uuid4().hex[:16]
+        self._lease_counter = itertools.count(1)
 
     # lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -104,12 +109,19 @@ class MemoryStore:
 
     # batches ---------------------------------------------------------------------------------
     def _prune(self, now: float) -> None:
-        """Forget finished batches (and their requests) older than ``result_ttl_s``."""
-        old = [
-            k
-            for k, b in self._batches.items()
-            if b.completed_at is not None and b.completed_at < now - self.result_ttl_s
-        ]
+        """Forget finished batches (and their requests) older than ``result_ttl_s``.
+
+        Finished batches wait in a heap by completion time, so a call looks only at those due
+        (every registration prunes: scanning every batch kept for a week cost each registration
+        time in proportion to all the batches ever finished)."""
+        cutoff = now - self.result_ttl_s
+        old: list[tuple[str, str]] = []
+        heap = self._finished
+        while heap and heap[0][0] < cutoff:
+            done_at, key = heapq.heappop(heap)
+            b = self._batches.get(key)
+            if b is not None and b.completed_at == done_at:  # not a batch registered again since
+                old.append(key)
         for key in old:
             for rid in self._batch_requests.pop(key, []):
                 self._requests.pop((key[0], rid), None)
@@ -227,7 +239,7 @@ class MemoryStore:
             rec.state = RequestState.RUNNING
             rec.attempts += 1
             lease = Lease(
-                lease_id=uuid.uuid4().hex,
+                lease_id=f"{self._lease_prefix}{next(self._lease_counter):x}",
                 request_id=rid,
                 task=task,
                 batch_id=rec.batch_id,
@@ -316,6 +328,7 @@ class MemoryStore:
             return False
         records = [self._requests[(rec.task, rid)] for rid in self._batch_requests[key]]
         profile = finish_batch(batch, records, now)
+        heapq.heappush(self._finished, (now, key))
         hist = self._history.setdefault(rec.task, deque(maxlen=self.history_batches))
         hist.append(profile)
         self._spans.append(SpanSample(batch.reward_type, now, profile.earliest_completion()))

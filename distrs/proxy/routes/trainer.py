@@ -10,16 +10,16 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from distrs.core.model import BatchInfo, RequestState, Result
 from distrs.proxy import body as json_body
-from distrs.proxy import quotas
+from distrs.proxy import params, quotas
 from distrs.proxy.auth import Principal, Role, public_task
 from distrs.proxy.deps import AppState, act_as, authorize, get_state, trainer
 from distrs.proxy.errors import ApiError, invalid
@@ -45,16 +45,14 @@ RequestPath = Path(pattern=ID_PATTERN, description=f"Request id ({ID_RULE}).")
 # The range of ``?wait_s=`` (422 outside it); a wait above the proxy's max_wait_s is served as that.
 MAX_WAIT_QUERY_S = 3600.0
 TENANT_DOC = "Admin only: act for this tenant (default: the token's own)."
+_WAIT_QUERY = TypeAdapter(Annotated[float, Field(ge=0, le=MAX_WAIT_QUERY_S)])
 
 
 @router.post("/batches", status_code=201, openapi_extra=json_body.body_doc(BatchCreate))
-async def register_batch(
-    request: Request,
-    response: Response,
-    who: Principal = Depends(trainer),
-    st: AppState = Depends(get_state),
-) -> dict[str, Any]:
+async def register_batch(request: Request) -> JSONResponse:
     """Register a batch; also the rollout-start hint the planner warms workers up on."""
+    st, who = authorize(request, Role.TRAINER)
+    who = act_as(who, request.query_params.get("tenant"))
     body = await json_body.read(request, BatchCreate)
     if body.reward_type is not None and body.reward_type not in st.table.reward_types:
         raise ApiError(
@@ -75,9 +73,7 @@ async def register_batch(
         rollout_started_at=started,
     )
     batch, created = await st.store.register_batch(info, now)
-    if not created:
-        response.status_code = 200
-    return _public_batch(batch)
+    return JSONResponse(_public_batch(batch), status_code=201 if created else 200)
 
 
 def _public_batch(b: BatchInfo) -> dict[str, Any]:
@@ -98,7 +94,7 @@ async def submit(request: Request) -> JSONResponse:
     """Submit one request object or ``{"requests": [...]}``; idempotent per (task, request_id)."""
     st, who = authorize(request, Role.TRAINER)
     who = act_as(who, request.query_params.get("tenant"))
-    data = json_body.loads(await request.body())
+    data = json_body.loads(await json_body.raw(request))
     bulk = isinstance(data, dict) and "requests" in data
     items = _parse_requests(data, st.settings.max_bulk)
     news: list[NewRequest] = []
@@ -214,21 +210,37 @@ async def get_request(
     return body
 
 
-@router.get("/batches/{task}/{batch_id}/results", response_model=BatchResults)
-async def batch_results(
-    task: str = TaskPath,
-    batch_id: str = BatchPath,
-    wait_s: float = Query(
-        0.0,
-        ge=0,
-        le=MAX_WAIT_QUERY_S,
-        description="Long-poll up to this many seconds (served up to max_wait_s).",
-    ),
-    tenant: str | None = Query(None, description=TENANT_DOC),
-    who: Principal = Depends(trainer),
-    st: AppState = Depends(get_state),
-) -> JSONResponse:
-    """Results so far; with ``wait_s`` waits until the batch completes or the time is up."""
+_RESULTS_PARAMS: list[dict[str, Any]] = [
+    {"name": "task", "in": "path", "required": True, "description": f"Task id ({ID_RULE}).",
+     "schema": {"type": "string", "pattern": ID_PATTERN}},
+    {"name": "batch_id", "in": "path", "required": True, "description": f"Batch id ({ID_RULE}).",
+     "schema": {"type": "string", "pattern": ID_PATTERN}},
+    {"name": "wait_s", "in": "query", "required": False,
+     "description": "Long-poll up to this many seconds (served up to max_wait_s).",
+     "schema": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_QUERY_S, "default": 0.0}},
+    {"name": "tenant", "in": "query", "required": False, "description": TENANT_DOC,
+     "schema": {"type": "string"}},
+]  # fmt: skip
+
+
+@router.get(
+    "/batches/{task}/{batch_id}/results",
+    response_model=BatchResults,
+    openapi_extra={"parameters": _RESULTS_PARAMS},
+)
+async def batch_results(request: Request) -> JSONResponse:
+    """Results so far; with ``wait_s`` waits until the batch completes or the time is up.
+
+    A plain handler (``plain_routes.py``): its parameters are checked here as FastAPI would
+    check the declared ones (``params.py``: the same 422s, naming ``path.task`` or
+    ``query.wait_s``), after the caller's token, as FastAPI would."""
+    st, who = authorize(request, Role.TRAINER)
+    who = act_as(who, request.query_params.get("tenant"))
+    found = params.Found()
+    task = found.path(request, "task", params.ID)
+    batch_id = found.path(request, "batch_id", params.ID)
+    wait_s = found.query(request, "wait_s", _WAIT_QUERY, 0.0)
+    found.check()
     wait_s = min(wait_s, st.settings.max_wait_s)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s

@@ -140,7 +140,7 @@ def heartbeat_period(ttl_s: float) -> float:
 async def _parse(request: Request, model: type[M]) -> M:
     """The body as ``model``, read like every other route's (``proxy/body.py``): 400 for
     malformed JSON, 422 naming the field for a lone surrogate or an invalid value."""
-    return json_body.parse(await request.body(), model)
+    return json_body.parse(await json_body.raw(request), model)
 
 
 @router.post(
@@ -420,7 +420,7 @@ async def _record_many(st: AppState, outs: list[CompleteOutcome]) -> None:
             queue_h.observe(queued_s)
         busy_c.inc(busy[stage])
     for (reward_type, status), n in finished.items():
-        m.requests_finished.labels(reward_type, status).inc(n)
+        m.finished_child(reward_type, status).inc(n)
     for out in outs:
         if out.batch_completed:
             await _record_batch(st, out.request)
@@ -434,7 +434,7 @@ async def _record(st: AppState, rec: Any, batch_completed: bool) -> None:
     queue_h.observe(last.queued_s)
     busy.inc(last.run_s)
     if rec.result is not None:
-        m.requests_finished.labels(rec.reward_type, rec.result.status.value).inc()
+        m.finished_child(rec.reward_type, rec.result.status.value).inc()
     if batch_completed:
         await _record_batch(st, rec)
 

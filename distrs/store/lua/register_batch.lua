@@ -3,8 +3,12 @@
 --       6 members, 7 results, 8 queued, 9 profile, 10 history, 11 spans (all tasks)
 -- ARGV: 1 tenant, 2 task, 3 batch_id, 4 size, 5 reward_type ('' = none),
 --       6 rollout_started_at ('' = none), 7 now, 8 span prior of a task with no history
---       (core/history.py prior_span, computed by the caller from KEYS[11]), 9 events maxlen
--- Returns {created (0|1), field, value, ...} of the batch hash.
+--       (core/history.py prior_span, computed by the caller from KEYS[11]; '' = not computed),
+--       9 events maxlen
+-- Returns {created (0|1), field, value, ...} of the batch hash, or {2} without writing anything
+-- when the batch is new, its task has no span yet and no prior was given: the caller computes
+-- the prior and calls again (reading the recent spans of all tasks on every registration cost
+-- more than the registration itself).
 local tenant, task, batch_id, size = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local rtype, rollout, now = ARGV[5], ARGV[6], ARGV[7]
 local owner = redis.call('GET', KEYS[1])
@@ -20,8 +24,12 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   end
   return {0, redis.call('HGETALL', KEYS[2])}
 end
+local known = redis.call('GET', KEYS[3])
+if not known and ARGV[8] == '' then
+  return {2}
+end
 redis.call('SET', KEYS[1], tenant)
-local span = tonumber(redis.call('GET', KEYS[3]) or ARGV[8])
+local span = tonumber(known or ARGV[8])
 -- the anchor is the rollout-start hint, else the registration time (BatchInfo.anchor)
 local anchor = tonumber(now)
 if rollout ~= '' then anchor = tonumber(rollout) end

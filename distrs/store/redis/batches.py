@@ -33,29 +33,28 @@ class BatchOps(ReadyOps):
     async def register_batch(self, batch: BatchInfo, now: float) -> tuple[BatchInfo, bool]:
         k = self.keys
         t, b = batch.task, batch.batch_id
-        prior = await self._prior_span(batch.reward_type, now)
         slot = k.slot_of(t)
         if self.cluster:
             # into the registry first: a task is visible to leases, the reaper and the snapshot
             # before it can have work (a crash right after leaves only a harmless entry)
             await self._call(lambda: self._r.zadd(k.tasks(), {t: now}, gt=True))
             self._tasks.add(t)
-        out = await self._run(
-            "register_batch",
-            [
-                k.owner(t),
-                k.batch(t, b),
-                k.span(t),
-                k.unused(slot) if self.cluster else k.events(),
-                k.active(slot),
-                k.batch_members(t, b),
-                k.batch_results(t, b),
-                k.batch_queued(t, b),
-                k.batch_profile(t, b),
-                k.history(t),
-                k.unused(slot) if self.cluster else k.spans(),
-            ],
-            [
+        keys = [
+            k.owner(t),
+            k.batch(t, b),
+            k.span(t),
+            k.unused(slot) if self.cluster else k.events(),
+            k.active(slot),
+            k.batch_members(t, b),
+            k.batch_results(t, b),
+            k.batch_queued(t, b),
+            k.batch_profile(t, b),
+            k.history(t),
+            k.unused(slot) if self.cluster else k.spans(),
+        ]
+
+        async def register(prior: str) -> Any:
+            args = [
                 batch.tenant,
                 t,
                 b,
@@ -63,11 +62,16 @@ class BatchOps(ReadyOps):
                 batch.reward_type or "",
                 "" if batch.rollout_started_at is None else num(batch.rollout_started_at),
                 num(now),
-                num(prior),
+                prior,
                 self._events_maxlen,
-            ],
-            acked=True,
-        )
+            ]
+            return await self._run("register_batch", keys, args, acked=True)
+
+        # the span prior (a read of the recent spans of all tasks) only when the script needs it:
+        # for the first batch of a task without history (register_batch.lua)
+        out = await register("")
+        if out[0] == 2:
+            out = await register(num(await self._prior_span(batch.reward_type, now)))
         return self._batch_from_hash(pairs(out[1])), bool(out[0])
 
     async def get_batch(self, task: str, batch_id: str) -> BatchInfo | None:

@@ -31,6 +31,7 @@ from distrs.store.errors import StoreError
 from distrs.store.redis.base import RedisBase, num
 from distrs.store.redis.batches import BatchOps
 from distrs.store.redis.leases import LeaseOps
+from distrs.store.redis.usage_batch import DeltaBatcher, UsageDeltas
 
 _INF = "+inf"
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
     """``tenant_usage`` (QueueStore), and the counter updates around submit, complete(_many) and
     requeue_expired (their state changes are the other mixins')."""
 
+    _usage_batcher: DeltaBatcher | None = None  # made on first use, in the store's loop
+
     async def submit(self, requests: list[NewRequest], now: float) -> SubmitOutcome:
         out = await super().submit(requests, now)
         if out.accepted:
@@ -48,19 +51,11 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
             except StoreError as exc:  # the submission landed: report it regardless
                 log.warning("usage counters not updated (%s); the next exact count repairs them", exc)
                 return out
-            per_batch: dict[tuple[str, str], int] = {}
+            deltas = UsageDeltas()
             for r in taken:
-                key = (r.tenant, self.keys.batch(r.task, r.batch_id))
-                per_batch[key] = per_batch.get(key, 0) + 1
-
-            async def count() -> None:
-                async with self._r.pipeline(transaction=False) as p:
-                    for (tenant, bkey), n in per_batch.items():
-                        p.hincrby(self.keys.usage_queued(tenant), bkey, n)
-                        p.hincrby(self.keys.usage_totals(tenant), "queued", n)
-                    await p.execute()
-
-            await self._count(count)
+                deltas.submit(r.tenant, self.keys.batch(r.task, r.batch_id), 1)
+            if deltas.submitted:
+                await self._send_deltas(deltas)
         return out
 
     async def _accepted(self, requests: list[NewRequest], out: SubmitOutcome, now: float) -> list[NewRequest]:
@@ -225,29 +220,41 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
             return
         k, ttl = self.keys, self.settings.result_ttl_s
         known = known_completion or {}
-        # summed per batch and per tenant: a bundle's 32 results of one batch are a few commands
-        batches: dict[tuple[str, str, str], list[Any]] = {}  # (tenant, task, batch) -> [n, bytes, done]
-        tenants: dict[str, list[int]] = {}  # tenant -> [n, bytes]
+        # summed per batch and per tenant, over every completion of this tick (usage_batch.py)
+        deltas = UsageDeltas()
         for rec, completed in rows:
             assert rec.result is not None
             size = len(rec.result.model_dump_json())
-            b = batches.setdefault((rec.tenant, rec.task, rec.batch_id), [0, 0, False])
-            b[0], b[1], b[2] = b[0] + 1, b[1] + size, b[2] or completed
-            t = tenants.setdefault(rec.tenant, [0, 0])
-            t[0], t[1] = t[0] + 1, t[1] + size
+            expiry = known.get((rec.task, rec.batch_id), now) + ttl if completed else None
+            deltas.add(rec.tenant, k.batch(rec.task, rec.batch_id), 1, size, expiry)
+        await self._send_deltas(deltas)
+
+    async def _send_deltas(self, deltas: UsageDeltas) -> None:
+        """``deltas`` sent with those of the other calls of this tick (usage_batch.py)."""
+        if self._usage_batcher is None:
+            self._usage_batcher = DeltaBatcher(self._send_usage)
+        await self._usage_batcher.add(deltas)
+
+    async def _send_usage(self, deltas: UsageDeltas) -> None:
+        """One pipeline of the counter updates of ``deltas``: submissions first, then final
+        results (logged, never raised: ``_count``)."""
+        k = self.keys
 
         async def count() -> None:
             async with self._r.pipeline(transaction=False) as p:
-                for (tenant, task, batch_id), (n, size, completed) in batches.items():
-                    bkey = k.batch(task, batch_id)
-                    p.hincrby(k.usage_bytes(tenant), bkey, size)
-                    if completed:
+                for (tenant, bkey), n in deltas.submitted.items():
+                    p.hincrby(k.usage_queued(tenant), bkey, n)
+                for tenant, n in deltas.tenants_submitted.items():
+                    p.hincrby(k.usage_totals(tenant), "queued", n)
+                for (tenant, bkey), b in deltas.batches.items():
+                    p.hincrby(k.usage_bytes(tenant), bkey, b.size)
+                    if b.expiry is not None:
                         p.hdel(k.usage_queued(tenant), bkey)
-                        p.zadd(k.usage_expiry(tenant), {bkey: known.get((task, batch_id), now) + ttl})
+                        p.zadd(k.usage_expiry(tenant), {bkey: b.expiry})
                     else:
-                        p.hincrby(k.usage_queued(tenant), bkey, -n)
+                        p.hincrby(k.usage_queued(tenant), bkey, -b.n)
                         p.zadd(k.usage_expiry(tenant), {bkey: math.inf}, nx=True)
-                for tenant, (n, size) in tenants.items():
+                for tenant, (n, size) in deltas.tenants.items():
                     p.hincrby(k.usage_totals(tenant), "queued", -n)
                     p.hincrby(k.usage_totals(tenant), "bytes", size)
                 await p.execute()
