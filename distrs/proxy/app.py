@@ -30,6 +30,7 @@ from distrs.proxy.plain_routes import plain
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes import catalog, ops, trainer, worker, workers
 from distrs.store.base import QueueStore
+from distrs.store.errors import Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ async def _reaper(state: AppState) -> None:
                 state.metrics.lease_expiries.labels(stage).inc()
             if expired:
                 log.warning("requeued %d expired leases", len(expired))
+        except Unavailable as e:  # a failover or restart: one line, not a traceback per sweep
+            log.warning("lease reaper: store unavailable (%s); retrying", e)
         except Exception:
             log.exception("lease reaper failed; retrying")
 

@@ -17,7 +17,6 @@ an assertion: it depends on the Sentinels' ``down-after-milliseconds`` and the m
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import zlib
 from collections import Counter
@@ -128,16 +127,12 @@ async def test_a_killed_primary_loses_doubles_and_changes_nothing_through_the_pr
         assert sorted(ids) == sorted(f"{task}-r{i}" for i in range(BATCH))  # none lost, none twice
         for row in rows:
             assert row["status"] == expected_status(row["request_id"]), row  # none changed
-    # the proxy itself never failed: no unhandled exception, and the one error it logs (the lease
-    # reaper's sweep during the gap, retried at its interval) is the store being unavailable
+    # the proxy itself never failed: no unhandled exception, no error logged (the lease reaper's
+    # sweeps during the gap say in one warning line each that the store was unavailable)
     text = "".join(proxy_log.values())
-    assert "Exception in ASGI application" not in text, text[-4000:]
+    assert "Exception in ASGI application" not in text and "Traceback" not in text, text[-4000:]
     errors = [line for line in text.splitlines() if " ERROR " in line]
-    assert all("lease reaper failed; retrying" in line for line in errors), errors
-    records = re.split(r"\n(?=\d{4}-\d\d-\d\d )", text)
-    for record in records:
-        if "Traceback" in record:
-            assert record.strip().splitlines()[-1].startswith("distrs.store.errors.Unavailable: "), record
+    assert not errors, errors
     gap = [t - killed_at for t in unavailable_at if t >= killed_at]
     print(
         f"\nsentinel failover (down-after {DOWN_AFTER_MS} ms): 503s from {min(gap):.2f} s to "
