@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,14 @@ def test_honest_kernel_is_correct_and_timed(
     assert d["speedup"] == pytest.approx(d["ref_runtime"] / d["runtime"])
     assert out.score == pytest.approx(min(d["speedup"], 10.0))  # the default formula
     assert d["versions"]["torch"] and d["metadata"]["device"] == "cpu"
-    assert not [f for f in d["flags"] if f["check"] == "time_outside_events"]
+    # an honest kernel hides no time outside its own timing; on a loaded machine one run's
+    # medians can still differ by more than the margin, so a flag must hold on a second run
+    if hidden_time(d):
+        assert not hidden_time(execute(executor, honest_artifacts, HONEST).detail), d["flags"]
+
+
+def hidden_time(detail: dict[str, Any]) -> bool:
+    return any(f["check"] == "time_outside_events" for f in detail["flags"])
 
 
 def test_reference_time_is_kept_per_problem(
