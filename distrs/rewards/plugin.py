@@ -160,7 +160,6 @@ class PluginHandler:
         )
         request = json.dumps({"entry": self.entry, "payload": inp.payload, "sys_path": sys_path})
         sandbox = self._sandbox or shared_sandbox()
-        env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         zygote = self._zygote(sandbox, exe, mounts)
         with sandbox.session() as s:
             if zygote is not None and isinstance(s, LocalSession):
@@ -171,7 +170,6 @@ class PluginHandler:
                     [exe, "-I", "-B", "plugin_child.py"],
                     limits=limits,
                     stdin=request.encode(),
-                    env=env,
                     mounts=mounts,
                 )
         if r.timed_out:

@@ -14,8 +14,8 @@ import os
 import sys
 import traceback
 
-# One thread per numeric library, whether started in a jail of its own (whose environment sets
-# these too) or forked from a zygote (whose environment is the jail's default).
+# One thread per numeric library, whether started in a jail of its own or forked from a zygote
+# (whose environment is the jail's default): set here, before the plugin is imported.
 THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
