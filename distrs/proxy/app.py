@@ -26,6 +26,7 @@ from distrs.proxy.auth import TokenTable
 from distrs.proxy.credentials import CredentialIssuer, derive_secret
 from distrs.proxy.deps import AppState
 from distrs.proxy.gc_policy import GcPolicy
+from distrs.proxy.hot_path import ProxyApp
 from distrs.proxy.plain_routes import plain
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes import catalog, ops, trainer, worker, workers
@@ -75,21 +76,24 @@ class BodyLimit:
             await self._reject(send)
 
     async def _reject(self, send: Any) -> None:
-        import orjson
+        await reject_too_large(send, self.limit)
 
-        body = orjson.dumps(
-            errors.error_body(
-                "body_too_large", f"request body exceeds {self.limit} bytes", {"limit": self.limit}
-            )
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+
+async def reject_too_large(send: Any, limit: int) -> None:
+    """Answer 413 ``body_too_large`` naming ``limit``."""
+    import orjson
+
+    body = orjson.dumps(
+        errors.error_body("body_too_large", f"request body exceeds {limit} bytes", {"limit": limit})
+    )
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 class _TooLarge(Exception):
@@ -163,7 +167,7 @@ def create_app(
                 await task
             await state.store.close()
 
-    app = FastAPI(
+    app = ProxyApp(
         title="DistRS reward service",
         version="1",
         default_response_class=JSONResponse,
@@ -183,8 +187,11 @@ def create_app(
     # responses themselves).
     # Those of them that take only the request are served as plain Starlette routes, ahead of
     # everything (``plain_routes.py``); the FastAPI routes behind them document them.
+    # ``ProxyApp`` answers those before FastAPI's per-call layers (``hot_path.py``).
     hot = [*worker.router.routes, *trainer.router.routes]
-    app.router.routes[0:0] = [*plain(hot), *hot]
+    fast = plain(hot)
+    app.router.routes[0:0] = [*fast, *hot]
+    app.serve_hot(fast, settings.max_body_bytes, lambda send: reject_too_large(send, settings.max_body_bytes))
     app.include_router(workers.router)
     app.include_router(ops.router)
     app.include_router(catalog.router)
