@@ -63,6 +63,7 @@ from distrs.core.model import BatchInfo, Lease, RequestRecord
 from distrs.core.priority import QueuePolicy
 from distrs.store import errors
 from distrs.store.keys import EVENTS_MAXLEN, Keys, slot_tags
+from distrs.store.redis.channel import ScriptChannel
 from distrs.store.redis.cluster import ReadyCopy, TaskRegistry
 from distrs.store.redis.replicas import ReplicaWait
 from distrs.store.redis.scripts import SCRIPTS, ScriptBatcher, load_script_source
@@ -175,8 +176,14 @@ class RedisBase:
             if self.sentinel
             else None
         )
+        # standalone: script calls on a pipelined connection of their own (channel.py)
+        self._channel = (
+            ScriptChannel(client.connection_pool)
+            if autopipeline and not (self.cluster or self.sentinel) and hasattr(client, "connection_pool")
+            else None
+        )
         # sentinel mode always batches: the WAIT of acknowledged transitions rides in the batch
-        self._batcher = ScriptBatcher(client, wait) if autopipeline or wait else None
+        self._batcher = ScriptBatcher(client, wait, self._channel) if autopipeline or wait else None
         self._work = Waker()
         self._results = Waker()
         self._lease_cache: OrderedDict[str, Lease] = OrderedDict()
@@ -216,6 +223,8 @@ class RedisBase:
 
     async def start(self) -> None:
         self._closed = False
+        if self._channel is not None:
+            self._channel.open()
         if self.cluster:  # the slot tags, built once per process off the event loop
             await asyncio.get_running_loop().run_in_executor(None, slot_tags, self.keys.ns)
             # read the topology now; a cluster that is down yet is read again on first use
@@ -235,6 +244,8 @@ class RedisBase:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._listener
             self._listener = None
+        if self._channel is not None:
+            await self._channel.close()
         await self._r.aclose()
 
     async def ping(self) -> bool:

@@ -31,6 +31,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from distrs.store.redis.channel import ScriptChannel
 from distrs.store.redis.replicas import ReplicaWait
 
 SCRIPTS = (
@@ -93,14 +94,20 @@ class ScriptBatcher:
     does not know (after a restart emptied its cache) is sent again with EVAL, which also caches
     it.
 
+    With ``channel`` (standalone mode, channel.py) the batches travel on the store's own
+    pipelined connection instead of redis-py's pipelines.
+
     With ``wait`` (sentinel mode, replicas.py), a pipeline that carries an acknowledged
     transition ends with ``WAIT``, on the same connection, so that none of its callers is answered
     before a replica has it.
     """
 
-    def __init__(self, client: Any, wait: ReplicaWait | None = None) -> None:
+    def __init__(
+        self, client: Any, wait: ReplicaWait | None = None, channel: ScriptChannel | None = None
+    ) -> None:
         self._client = client
         self._wait = wait
+        self._channel = channel
         self._pending: list[_Call] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -134,7 +141,7 @@ class ScriptBatcher:
 
     async def _send(self, batch: list[_Call]) -> None:
         wait = self._wait_command(batch)
-        if len(batch) == 1 and wait is None:
+        if len(batch) == 1 and wait is None and self._channel is None:
             c = batch[0]
             try:
                 self._settle(c.fut, await c.script(keys=c.keys, args=c.args))
@@ -143,13 +150,7 @@ class ScriptBatcher:
             return
         for command in ("EVALSHA", "EVAL"):
             try:
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for c in batch:
-                        code = c.script.sha if command == "EVALSHA" else c.script.script
-                        pipe.execute_command(command, code, len(c.keys), *c.keys, *c.args)
-                    if wait is not None:
-                        pipe.execute_command(*wait)
-                    results = await pipe.execute(raise_on_error=False)
+                results = await self._execute(command, batch, wait)
             except Exception as exc:
                 for c in batch:
                     self._settle(c.fut, exc)
@@ -165,6 +166,29 @@ class ScriptBatcher:
             if not missing:
                 return
             batch, wait = missing, self._wait_command(missing)
+
+    async def _execute(
+        self, command: str, batch: list[_Call], wait: tuple[str, int, int] | None
+    ) -> list[Any]:
+        """The batch's calls (and the WAIT) in one round trip: replies in order, errors as values."""
+        calls = [
+            (
+                command,
+                c.script.sha if command == "EVALSHA" else c.script.script,
+                len(c.keys),
+                *c.keys,
+                *c.args,
+            )
+            for c in batch
+        ]
+        if self._channel is not None and wait is None:
+            return await self._channel.execute(calls)
+        async with self._client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                pipe.execute_command(*call)
+            if wait is not None:
+                pipe.execute_command(*wait)
+            return list(await pipe.execute(raise_on_error=False))
 
 
 @dataclass
