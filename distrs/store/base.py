@@ -218,8 +218,12 @@ class QueueStore(Protocol):
         """Finished results of a batch in submission order."""
         ...
 
-    async def wait_batch(self, task: str, batch_id: str, timeout_s: float) -> None:
-        """Return when a result of the batch may have landed (or after ``timeout_s``)."""
+    async def wait_batch(
+        self, task: str, batch_id: str, timeout_s: float, until_complete: bool = False
+    ) -> None:
+        """Return when a result of the batch may have landed (or after ``timeout_s``); with
+        ``until_complete``, only when the batch may have completed (a caller that waits for the
+        whole batch is not woken, and does not read the batch again, for each of its results)."""
         ...
 
     async def history(self, task: str) -> list[BatchProfile]:

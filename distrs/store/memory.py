@@ -326,6 +326,7 @@ class MemoryStore:
         self._notify.notify(("batch", *key))
         if batch.done < batch.size or batch.complete:
             return False
+        self._notify.notify(("complete", *key))
         records = [self._requests[(rec.task, rid)] for rid in self._batch_requests[key]]
         profile = finish_batch(batch, records, now)
         heapq.heappush(self._finished, (now, key))
@@ -417,7 +418,15 @@ class MemoryStore:
                 out.append(rec.result.model_copy())
         return out
 
-    async def wait_batch(self, task: str, batch_id: str, timeout_s: float) -> None:
+    async def wait_batch(
+        self, task: str, batch_id: str, timeout_s: float, until_complete: bool = False
+    ) -> None:
+        if until_complete:
+            batch = self._batches.get((task, batch_id))
+            if batch is None or batch.complete:  # completed (or gone) since the caller looked
+                return
+            await self._notify.wait(("complete", task, batch_id), timeout_s)
+            return
         await self._notify.wait(("batch", task, batch_id), timeout_s)
 
     async def history(self, task: str) -> list[BatchProfile]:

@@ -262,7 +262,7 @@ async def _submit_and_wait(
                 task=public,
                 batch_id=batch_id,
             )
-        await st.store.wait_batch(task, batch_id, min(left, 5.0))
+        await st.store.wait_batch(task, batch_id, min(left, 5.0), until_complete=True)
     by_id = {r.request_id: r for r in await st.store.batch_results(task, batch_id)}
     return [
         by_id.get(n.request_id) or Result(request_id=n.request_id, status=Status.INTERNAL_ERROR) for n in news

@@ -246,7 +246,7 @@ async def batch_results(request: Request) -> JSONResponse:
     deadline = loop.time() + wait_s
     batch = await _batch_for(st, who, task, batch_id)
     while not batch.complete and (left := deadline - loop.time()) > 0:
-        await st.store.wait_batch(who.scope(task), batch_id, min(left, 5.0))
+        await st.store.wait_batch(who.scope(task), batch_id, min(left, 5.0), until_complete=True)
         batch = await _batch_for(st, who, task, batch_id)
     results = await st.store.batch_results(who.scope(task), batch_id)
     # BatchResults' fields in its order, built directly: validating and dumping a 16k-result body

@@ -123,6 +123,8 @@ local function complete_batch(bkey, now, ctx)
   redis.call('HSET', bkey, 'completed_at', now, 'earliest_completion', fmt(earliest),
     'extra_delay_s', fmt(extra))
   redis.call('ZREM', ctx.active, bkey)
+  -- wakes the callers that wait for the whole batch (redis/base.py COMPLETED)
+  redis.call('PUBLISH', ctx.chan_result, bkey .. '\ncompleted')
   local data = '{"extra_delay_s":' .. fmt(extra) .. ',"earliest_completion":' .. fmt(earliest) .. '}'
   emit(ctx.events, ctx.maxlen, 'batch_completed', now, task, batch_id, data)
   -- Finished batches live for result_ttl_s, requests with them.

@@ -133,6 +133,16 @@ SHORT_OF_REPLICAS_S = 5.0
 SLOT_MOVING_ROUNDS = 10
 
 
+# The suffix of the batch key the scripts publish when the batch completes (lua/lib.lua
+# complete_batch): waiters for the whole batch wait on that key alone (wait_batch).
+COMPLETED = "\ncompleted"
+
+
+def completed_key(bkey: str) -> str:
+    """The wake-up key of ``bkey``'s completion."""
+    return bkey + COMPLETED
+
+
 def num(x: float) -> str:
     return repr(float(x))
 
@@ -276,7 +286,7 @@ class RedisBase:
                     if msg["channel"] == work_ch:
                         stage, _, count = msg["data"].rpartition("\n")
                         self._work.wake(stage, int(count) if count.isdigit() else None)
-                    else:
+                    else:  # a batch key (a result landed), or one with COMPLETED (it completed)
                         self._results.wake(msg["data"])
             except asyncio.CancelledError:
                 raise

@@ -12,7 +12,7 @@ import orjson
 from distrs.core.history import SPAN_SAMPLES, SpanSample, prior_span
 from distrs.core.model import BatchInfo, RequestRecord
 from distrs.store.base import NewRequest, SubmitOutcome
-from distrs.store.redis.base import num, pairs
+from distrs.store.redis.base import completed_key, num, pairs
 from distrs.store.redis.ready import ReadyOps
 
 
@@ -78,7 +78,13 @@ class BatchOps(ReadyOps):
         bkey = self.keys.batch(task, batch_id)
         self._seen_result.set((bkey, self._results.generation(bkey)))  # see wait_batch
         h = await self._call(lambda: self._r.hgetall(self.keys.batch(task, batch_id)))
-        return self._batch_from_hash(h) if h else None
+        if not h:
+            return None
+        batch = self._batch_from_hash(h)
+        if not batch.complete:  # its caller may wait for the completion next (wait_batch)
+            done = completed_key(bkey)
+            self._seen_result.set((done, self._results.generation(done)))
+        return batch
 
     async def batch_extra_delay(self, task: str, batch_id: str) -> float | None:
         """Extra delay d = completion − T of a finished batch (None while it runs)."""

@@ -10,7 +10,7 @@ import orjson
 from distrs.core.history import FINISHED_SAMPLE, BatchProfile, RequestProfile
 from distrs.core.model import Result
 from distrs.store.base import BatchLive, Event, Snapshot
-from distrs.store.redis.base import RedisBase
+from distrs.store.redis.base import RedisBase, completed_key
 
 
 class ResultOps(RedisBase):
@@ -18,16 +18,19 @@ class ResultOps(RedisBase):
 
     async def batch_results(self, task: str, batch_id: str) -> list[Result]:
         bkey = self.keys.batch(task, batch_id)
-        self._seen_result.set((bkey, self._results.generation(bkey)))
+        self._seen_result.set((bkey, self._results.generation(bkey)))  # see wait_batch
         h = await self._call(lambda: self._r.hgetall(self.keys.batch_results(task, batch_id)))
         return [Result.model_validate_json(h[f]) for f in sorted(h)]
 
-    async def wait_batch(self, task: str, batch_id: str, timeout_s: float) -> None:
+    async def wait_batch(
+        self, task: str, batch_id: str, timeout_s: float, until_complete: bool = False
+    ) -> None:
         bkey = self.keys.batch(task, batch_id)
+        key = completed_key(bkey) if until_complete else bkey
         seen = self._seen_result.get()
-        gen = seen[1] if seen is not None and seen[0] == bkey else None
+        gen = seen[1] if seen is not None and seen[0] == key else None
         self._seen_result.set(None)
-        await self._results.wait(bkey, gen, min(timeout_s, self._wake_poll_s))
+        await self._results.wait(key, gen, min(timeout_s, self._wake_poll_s))
 
     async def history(self, task: str) -> list[BatchProfile]:
         raw = await self._call(lambda: self._r.lrange(self.keys.history(task), 0, -1))

@@ -611,6 +611,43 @@ async def test_wait_batch_wakes_on_result(store: QueueStore) -> None:
     assert [r.request_id for r in await store.batch_results("t", "b")] == ["r1"]
 
 
+async def test_wait_batch_until_complete_is_not_woken_by_each_result(store: QueueStore) -> None:
+    await register(store, size=2)
+    await store.submit([req("r1"), req("r2")], 100.0)
+    first = await store.lease("compile", "w", 101.0, 30.0)
+    second = await store.lease("compile", "w", 101.0, 30.0)
+    assert first is not None and second is not None
+    batch = await store.get_batch("t", "b")
+    assert batch is not None and not batch.complete
+    loop = asyncio.get_running_loop()
+    waiter = asyncio.create_task(store.wait_batch("t", "b", 5.0, until_complete=True))
+    await asyncio.sleep(0.05)
+    await store.complete(first.lease_id, "w", 102.0, 1.0, None, None, ok("r1"), "final")
+    await asyncio.sleep(0.1)
+    assert not waiter.done()  # one result of two: not complete
+    t0 = loop.time()
+    await store.complete(second.lease_id, "w", 103.0, 1.0, None, None, ok("r2"), "final")
+    await asyncio.wait_for(waiter, 3.0)
+    assert loop.time() - t0 < 0.9  # woken by the completion, not by the re-check interval
+    batch = await store.get_batch("t", "b")
+    assert batch is not None and batch.complete
+
+
+async def test_a_completion_between_the_read_and_the_wait_is_not_missed(store: QueueStore) -> None:
+    await register(store, size=1)
+    await store.submit([req("r1")], 100.0)
+    lease = await store.lease("compile", "w", 101.0, 30.0)
+    assert lease is not None
+    batch = await store.get_batch("t", "b")
+    assert batch is not None and not batch.complete
+    await store.complete(lease.lease_id, "w", 102.0, 1.0, None, None, ok("r1"), "final")
+    await asyncio.sleep(0.05)  # the wake-up has come and gone
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await store.wait_batch("t", "b", 5.0, until_complete=True)
+    assert loop.time() - t0 < 0.5
+
+
 async def test_ping(store: QueueStore) -> None:
     assert await store.ping()
 
