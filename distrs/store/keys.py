@@ -52,7 +52,8 @@ together:
   completion or requeue script touches one slot whatever tasks it meets.
 * **per tenant** ``{ns:u:N}``: the tenant's usage counters (``uqueued``, ``ubytes``,
   ``uexpiry``, ``utotals``), written by the store's Python code after the script that changed the state, so
-  they never have to share a slot with a task.
+  they never have to share a slot with a task. (Standalone, they share ``{ns}`` and the scripts
+  move them with the transition; ``usage_prefixes``.)
 * **global** ``{ns}``: ``seq`` (taken with INCRBY before a submit script and passed in, so queue
   members still carry one deployment-wide arrival order), ``events``, ``spans``, the task
   registry ``tasks`` (task -> last registration time: which slots the reaper and the snapshot
@@ -110,7 +111,8 @@ def slot_tags(namespace: str) -> tuple[str, ...]:
 
 
 def _part(value: str) -> str:
-    """Escape ``%`` and ``:`` inside a key component so ``a:b``+``c`` never equals ``a``+``b:c``."""
+    """Escape ``%`` and ``:`` inside a key component so ``a:b``+``c`` never equals ``a``+``b:c``.
+    ``lua/lib.lua`` ``usage_tenant`` escapes a tenant name the same way."""
     return value.replace("%", "%25").replace(":", "%3A")
 
 
@@ -204,6 +206,15 @@ class Keys:
 
     def usage_totals(self, tenant: str) -> str:
         return self._u("utotals", tenant)
+
+    def usage_prefixes(self) -> tuple[str, str, str, str]:
+        """The four usage keys (queued, bytes, expiry, totals) less their tenant part, for the
+        standalone scripts that move the counters with a transition: they append the tenant
+        escaped as ``_part`` does (``lua/lib.lua`` ``usage_tenant``). Empty in cluster mode, where
+        the counters live under the tenant's own tag and the store's Python code writes them."""
+        if self.cluster:
+            return ("", "", "", "")
+        return (self.usage_queued(""), self.usage_bytes(""), self.usage_expiry(""), self.usage_totals(""))
 
     # per task
     def _t(self, kind: str, task: str, *rest: str) -> str:

@@ -44,6 +44,121 @@ local function append_json(arr, item)
   return string.sub(arr, 1, -2) .. ',' .. item .. ']'
 end
 
+-- Usage counters (standalone mode; distrs/store/redis/usage.py). A script that changes what a
+-- tenant uses moves its counters in the same step, so they never drift from the batch records.
+-- u: the key prefixes of the four counters as keys.py builds them (uqueued, ubytes, uexpiry,
+-- utotals), or nil in cluster mode, where the counters live in another slot and the store's
+-- Python code updates them. A counter write that fails (a key of the wrong type) is skipped, never
+-- raised: the transition has already written and must land whole; an exact count repairs it.
+local function usage_prefixes(queued, bytes, expiry, totals)
+  if queued == nil or queued == '' then
+    return nil
+  end
+  return {queued, bytes, expiry, totals}
+end
+
+-- The tenant's part of a usage key: keys.py _part (escapes '%' and ':').
+local function usage_tenant(tenant)
+  return (string.gsub(string.gsub(tenant, '%%', '%%25'), ':', '%%3A'))
+end
+
+-- n requests of batch bkey accepted.
+local function usage_submitted(u, tenant, bkey, n)
+  local t = usage_tenant(tenant)
+  redis.pcall('HINCRBY', u[1] .. t, bkey, n)
+  redis.pcall('HINCRBY', u[4] .. t, 'queued', n)
+end
+
+-- A final result of size characters; expires_at: when the batch's results expire, if the batch
+-- completed with this result (else the batch's expiry stays open, +inf).
+local function usage_finished(u, tenant, bkey, size, expires_at)
+  local t = usage_tenant(tenant)
+  if expires_at then
+    redis.pcall('HDEL', u[1] .. t, bkey)
+    redis.pcall('ZADD', u[3] .. t, fmt(expires_at), bkey)
+  else
+    redis.pcall('HINCRBY', u[1] .. t, bkey, -1)
+    redis.pcall('ZADD', u[3] .. t, 'NX', '+inf', bkey)
+  end
+  redis.pcall('HINCRBY', u[2] .. t, bkey, size)
+  redis.pcall('HINCRBY', u[4] .. t, 'queued', -1)
+  redis.pcall('HINCRBY', u[4] .. t, 'bytes', size)
+end
+
+-- A result's size, as the quotas count it: the length in characters (code points) of the
+-- Result's JSON as pydantic writes it (Result.model_dump_json()). The stored JSON differs from
+-- that in its spliced parts (cjson escapes '/', stage records carry 17 significant digits), so
+-- those parts are measured as pydantic would write them.
+
+-- Characters of a UTF-8 string: its bytes less the continuation bytes.
+local function utf8_chars(s)
+  if not string.find(s, '[\128-\255]') then
+    return #s
+  end
+  local _, cont = string.gsub(s, '[\128-\191]', '')
+  return #s - cont
+end
+
+-- Characters of a string as a JSON string: quotes, and pydantic's escapes (2 characters for
+-- '"', '\\' and \b \f \n \r \t, 6 for the other control characters; '/' and the rest as is).
+local function json_str_chars(s)
+  local n = utf8_chars(s) + 2
+  if not string.find(s, '[%z\1-\31"\\]') then
+    return n
+  end
+  local _, quoted = string.gsub(s, '["\\]', '')
+  local _, ctl = string.gsub(s, '[%z\1-\31]', '')
+  local _, named = string.gsub(s, '[\8\9\10\12\13]', '')
+  return n + quoted + named + 5 * (ctl - named)
+end
+
+-- Characters of a float as pydantic writes it: the shortest digits that read back as the same
+-- double; plain notation with at least one decimal ('100.0', '0.00001') for decimal exponents
+-- -5..15, else 'd.ddde+X' / 'd.ddde-X'; infinities and NaN as null.
+local function json_float_chars(x)
+  if x ~= x or x == math.huge or x == -math.huge then
+    return 4
+  end
+  local sign = 0
+  if x < 0 or (x == 0 and 1 / x < 0) then
+    sign, x = 1, -x
+  end
+  if x == 0 then
+    return sign + 3
+  end
+  -- fewest significant digits that round-trip (more digits never stop round-tripping)
+  local lo, hi = 1, 17
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if tonumber(string.format('%.' .. (mid - 1) .. 'e', x)) == x then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  local s = string.format('%.' .. (lo - 1) .. 'e', x)
+  local e = tonumber(string.sub(s, string.find(s, 'e', 1, true) + 1))
+  local n = lo
+  if e >= 16 or e < -5 then
+    local mant = n
+    if n > 1 then mant = n + 1 end
+    return sign + mant + 2 + #tostring(math.abs(e))
+  elseif e >= 0 then
+    if n <= e + 1 then
+      return sign + e + 3
+    end
+    return sign + n + 1
+  end
+  return sign + n + 1 - e
+end
+
+-- Characters of one stage record (core/model.py StageRecord) as pydantic writes it.
+local function stage_chars(rec)
+  -- {"name":,"worker":,"queued_s":,"run_s":,"outcome":}
+  return 51 + json_str_chars(rec.name) + json_str_chars(rec.worker)
+    + json_float_chars(rec.queued_s) + json_float_chars(rec.run_s) + json_str_chars(rec.outcome)
+end
+
 -- In cluster mode (CLUSTER set by the prelude, distrs/store/redis/scripts.py) the events stream
 -- lives in another slot: the event is handed back to the caller, which appends it.
 local function emit(events_key, maxlen, typ, ts, task, batch_id, data)
@@ -142,9 +257,12 @@ end
 -- Record a request's final result (exactly once) and complete its batch when it is the last.
 -- result_body: the Result JSON without "request_id" and "stages"; both are spliced in here.
 -- last_stage: a stage record JSON to append to the request's stages first (or nil), written
--- with the result in one HSET.
-local function finish(reqkey, result_body, status, now, ctx, last_stage)
-  local r = redis.call('HMGET', reqkey, 'k_batch', 'seq', 'stages', 'arrived_at', 'request_id')
+-- with the result in one HSET. body_chars: result_body's length as pydantic writes it, when the
+-- script wrote it (else result_body came from pydantic and is measured as it is). ctx.usage:
+-- the usage counters to move (standalone; usage_prefixes).
+local function finish(reqkey, result_body, status, now, ctx, last_stage, body_chars)
+  local r = redis.call('HMGET', reqkey, 'k_batch', 'seq', 'stages', 'arrived_at', 'request_id',
+    'tenant')
   local bkey, seq, stages = r[1], r[2], r[3]
   if last_stage then
     stages = append_json(stages, last_stage)
@@ -163,7 +281,19 @@ local function finish(reqkey, result_body, status, now, ctx, last_stage)
   local s = {}
   local names = {}
   local total = 0
+  local u = r[6] and ctx.usage
+  -- {"request_id":X,BODY,"stages":[S,...]}: 14 + X + 1 + (BODY less its braces) + 10 + 2 + S...
+  -- + commas + 1
+  local size = 0
+  if u then
+    size = 14 + json_str_chars(r[5]) + 1 + (body_chars or utf8_chars(result_body)) - 2 + 10 + 2 + 1
+  end
+  local nstages = 0
   for _, rec in ipairs(cjson.decode(stages)) do
+    if u then
+      size = size + stage_chars(rec)
+      nstages = nstages + 1
+    end
     if s[rec.name] == nil then
       s[rec.name] = 0
       names[#names + 1] = rec.name
@@ -184,11 +314,18 @@ local function finish(reqkey, result_body, status, now, ctx, last_stage)
   end
   local done = redis.call('HINCRBY', bkey, 'done', 1)
   redis.call('PUBLISH', ctx.chan_result, bkey)
-  if done >= tonumber(b[5]) and not b[7] then
+  local completed = done >= tonumber(b[5]) and not b[7]
+  if completed then
     complete_batch(bkey, now, ctx)
-    return 1
   end
-  return 0
+  if u then
+    if nstages > 1 then
+      size = size + nstages - 1  -- the commas between stage records
+    end
+    local expires_at = completed and tonumber(now) + tonumber(ctx.ttl) or nil
+    usage_finished(u, r[6], bkey, size, expires_at)
+  end
+  return completed and 1 or 0
 end
 
 local function stage_record(stage, worker, queued_s, run_s, outcome)

@@ -2,12 +2,13 @@
 -- internal_error. Handles at most ARGV[3] leases per call; the caller repeats while it is full.
 -- KEYS: 1 leases, 2 events, 3 active, 4 stages
 -- ARGV: 1 now, 2 max_attempts, 3 limit, 4 policy, 5 result ttl, 6 history K, 7 events maxlen,
---       8 work channel, 9 result channel
+--       8 work channel, 9 result channel, 10-13 usage key prefixes (standalone; '' in cluster
+--       mode: lib.lua usage_prefixes)
 -- Returns {number of expired leases handled, request id, lease id, stage, request id, ...}.
 local now = ARGV[1]
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, ARGV[3])
 local ctx = {active = KEYS[3], events = KEYS[2], chan_result = ARGV[9], ttl = ARGV[5],
-  k = ARGV[6], maxlen = ARGV[7]}
+  k = ARGV[6], maxlen = ARGV[7], usage = usage_prefixes(ARGV[10], ARGV[11], ARGV[12], ARGV[13])}
 local out = {#expired}
 for _, lkey in ipairs(expired) do
   local l = redis.call('HMGET', lkey, 'k_req', 'k_queue', 'stage', 'worker', 'request_id', 'task',
@@ -23,9 +24,13 @@ for _, lkey in ipairs(expired) do
     if attempts >= tonumber(ARGV[2]) then
       redis.call('HSET', reqkey, 'stages', append_json(r[1], stage_record(l[3], l[4], 0, 0,
         'lease_expired')))
-      local body = '{"status":"internal_error","score":0.0,"detail":{"error":'
-        .. cjson.encode('lease expired ' .. attempts .. " times at stage '" .. l[3] .. "'") .. '}}'
-      finish(reqkey, body, 'internal_error', now, ctx)
+      local text = 'lease expired ' .. attempts .. " times at stage '" .. l[3] .. "'"
+      local msg = cjson.encode(text)
+      local body = '{"status":"internal_error","score":0.0,"detail":{"error":' .. msg .. '}}'
+      -- its length as pydantic writes it (cjson escapes '/'): the ASCII around the message, and
+      -- the message as pydantic escapes it
+      local chars = #body - #msg + json_str_chars(text)
+      finish(reqkey, body, 'internal_error', now, ctx, nil, chars)
     else
       redis.call('HSET', reqkey, 'state', 'queued')
       redis.call('HDEL', reqkey, 'lease')

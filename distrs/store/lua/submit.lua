@@ -1,13 +1,15 @@
 -- Submit requests (idempotent per (task, request_id)), all or nothing per call.
 -- KEYS: 1 seq, 2 events, 3 stages; then per batch group g: owner, batch;
 --       then per request: request key, queue key (of its first stage)
--- ARGV: 1 now, 2 policy, 3 default_span_s, 4 events maxlen, 5 work channel, 6 number of groups;
+-- ARGV: 1 now, 2 policy, 3 default_span_s, 4 events maxlen, 5 work channel, 6 number of groups,
+--       7-10 usage key prefixes (standalone; '' in cluster mode: lib.lua usage_prefixes);
 --       per group: tenant, task, batch_id, n; per request: request_id, reward_type, first_stage, payload
 -- Returns a flag per request in input order: 1 accepted, 0 duplicate.
 local now, policy = ARGV[1], ARGV[2]
 local ngroups = tonumber(ARGV[6])
 local groups = {}
-local ki, ai = 4, 7
+local usage = usage_prefixes(ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+local ki, ai = 4, 11
 local seen = {}
 -- pass 1: validate everything before writing anything
 for g = 1, ngroups do
@@ -79,6 +81,9 @@ for g = 1, ngroups do
       end
     end
     redis.call('HINCRBY', bkey, 'submitted', grp.new)
+    if usage then
+      usage_submitted(usage, grp.tenant, bkey, grp.new)
+    end
     local score = queue_score(policy, bkey)
     for i = 1, grp.n do
       local req = grp.reqs[i]

@@ -104,7 +104,7 @@ class BatchOps(ReadyOps):
             groups.setdefault((r.tenant, r.task, r.batch_id), []).append(r)
         keys = [k.seq(), k.events(), k.stages()]
         args: list[Any] = [num(now), self._policy, num(self.settings.default_batch_span_s)]
-        args += [self._events_maxlen, k.work_channel(), len(groups)]
+        args += [self._events_maxlen, k.work_channel(), len(groups), *k.usage_prefixes()]
         order: list[NewRequest] = []
         for (tenant, task, batch_id), reqs in groups.items():
             keys += [k.owner(task), k.batch(task, batch_id)]
@@ -139,7 +139,7 @@ class BatchOps(ReadyOps):
                 groups.setdefault((r.tenant, r.batch_id), []).append((i, r))
             keys = [k.unused(slot), k.unused(slot), k.stages(slot)]
             args: list[Any] = [num(now), self._policy, num(self.settings.default_batch_span_s)]
-            args += [self._events_maxlen, k.work_channel(), len(groups)]
+            args += [self._events_maxlen, k.work_channel(), len(groups), *k.usage_prefixes()]
             for (tenant, batch_id), group in groups.items():
                 keys += [k.owner(task), k.batch(task, batch_id)]
                 args += [tenant, task, batch_id, len(group)]

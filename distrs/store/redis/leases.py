@@ -275,6 +275,7 @@ class LeaseOps(ReadyOps):
                 *self._finish_args(),
                 k.work_channel(),
                 k.result_channel(),
+                *k.usage_prefixes(),
             ],
             acked=True,
         )
@@ -342,7 +343,7 @@ class LeaseOps(ReadyOps):
         events = k.unused(slot) if self.cluster else k.events()
         keys = [k.leases(slot), events, k.active(slot), k.stages(slot)]
         args: list[Any] = [num(now), holder, self._policy, *self._finish_args()]
-        args += [k.work_channel(), k.result_channel(), len(items)]
+        args += [k.work_channel(), k.result_channel(), len(items), *k.usage_prefixes()]
         moved: list[tuple[str, str]] = []  # (next stage, task): marked ready afterwards
         for it in items:
             self._lease_cache.pop(it.lease_id, None)
@@ -429,6 +430,7 @@ class LeaseOps(ReadyOps):
                     *self._finish_args(),
                     k.work_channel(),
                     k.result_channel(),
+                    *k.usage_prefixes(),
                 ],
             )
             affected += list(zip(out[1::3], out[3::3], strict=True))

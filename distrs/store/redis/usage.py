@@ -1,20 +1,30 @@
 """Per-tenant usage in Redis: requests not yet finished and bytes of kept results, the figures
 the proxy's quotas are checked against.
 
-The counters live under the tenant's own hash tag (``keys.usage_*``), so they never share a slot
-with a task and no Lua script has to touch them: the store's Python code updates them right after
-the script that changed the state succeeded (a submission: + its accepted requests; a final
-result, from a completion, a bundle or an expiry past ``max_attempts``: - 1 and + its bytes; a
-batch completing: its queued entry goes and its results' expiry is set). Every figure is kept per
+The counters move with every change of what a tenant uses: a submission: + its accepted
+requests; a final result, from a completion, a bundle or an expiry past ``max_attempts``: - 1
+and + its bytes (the length of the Result's JSON as ``Result.model_dump_json`` writes it); a
+batch completing: its queued entry goes and its results' expiry is set. Every figure is kept per
 batch, so whatever a batch left behind leaves with it, and as a per-tenant total, so the check
 on every submission reads two numbers (plus the batches whose results expired since the last
 read), however many batches the tenant keeps.
 
-A process that dies between a script and its counter update leaves a counter off by that
-change. ``tenant_usage(exact=True)`` recounts from the batch records the scripts keep
+Standalone (and Sentinel) mode: every key shares the ``{ns}`` tag, so the Lua script of the
+transition moves the counters itself, in the same atomic step (``lua/lib.lua``,
+``usage_submitted``/``usage_finished``; the result size is measured there as pydantic would write
+it). The counters cannot drift from the batch records, and no command or round trip is added.
+
+Cluster mode: the counters live under the tenant's own hash tag (``keys.usage_*``), another
+slot than the task's, so no script can touch them: the store's Python code updates them right
+after the script that changed the state succeeded, summed over an event-loop tick
+(``usage_batch.py``). A process that dies between a script and its counter update leaves a counter
+off by that change.
+
+In both modes ``tenant_usage(exact=True)`` recounts from the batch records the scripts keep
 atomically (``submitted - done`` of each counted batch, its ``completed_at``) and repairs the
-counters, and the proxy refuses a submission only on such an exact count: a stale counter can let
-a tenant past its quota by what was lost, never block it wrongly.
+counters (a counter write a standalone script could not make, on a key of the wrong type, is
+skipped, not raised), and the proxy refuses a submission only on such an exact count: a stale
+counter can let a tenant past its quota by what was lost, never block it wrongly.
 """
 
 from __future__ import annotations
@@ -38,14 +48,15 @@ log = logging.getLogger(__name__)
 
 
 class UsageOps(BatchOps, LeaseOps, RedisBase):
-    """``tenant_usage`` (QueueStore), and the counter updates around submit, complete(_many) and
-    requeue_expired (their state changes are the other mixins')."""
+    """``tenant_usage`` (QueueStore), and in cluster mode the counter updates around submit,
+    complete(_many) and requeue_expired (their state changes are the other mixins'; standalone,
+    their scripts update the counters themselves)."""
 
     _usage_batcher: DeltaBatcher | None = None  # made on first use, in the store's loop
 
     async def submit(self, requests: list[NewRequest], now: float) -> SubmitOutcome:
         out = await super().submit(requests, now)
-        if out.accepted:
+        if out.accepted and self.cluster:
             try:
                 taken = await self._accepted(requests, out, now)
             except StoreError as exc:  # the submission landed: report it regardless
@@ -101,19 +112,24 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
         outcome: str,
     ) -> CompleteOutcome:
         out = await super().complete(lease_id, holder, now, run_s, next_stage, artifacts, result, outcome)
-        await self._count_finished([(out.request, out.batch_completed)], now)
+        if self.cluster:
+            await self._count_finished([(out.request, out.batch_completed)], now)
         return out
 
     async def complete_many(
         self, items: Sequence[CompletionItem], holder: str, now: float
     ) -> list[CompleteOutcome | StoreError]:
         outs = await super().complete_many(items, holder, now)
+        if not self.cluster:
+            return outs
         await self._count_finished(
             [(o.request, o.batch_completed) for o in outs if isinstance(o, CompleteOutcome)], now
         )
         return outs
 
     async def requeue_expired(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
+        if not self.cluster:
+            return await super().requeue_expired(now, max_attempts)
         # Which expired leases end their request (attempts >= max_attempts) is read before the
         # requeue; the script reports which leases it handled, and only those count.
         try:
