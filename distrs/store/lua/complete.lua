@@ -12,6 +12,7 @@ local ctx = {active = KEYS[5], events = KEYS[4], stages = KEYS[6], chan_work = A
   usage = usage_prefixes(ARGV[16], ARGV[17], ARGV[18], ARGV[19])}
 local completed, reqkey, details = complete_one(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3],
   ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ctx)
+usage_flush(ctx)
 if not completed then
   return fail(reqkey, details)
 end

@@ -24,4 +24,5 @@ for i = 1, n do
     out[i] = {'err', reqkey, cjson.encode(details)}
   end
 end
+usage_flush(ctx)
 return out

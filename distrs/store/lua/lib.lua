@@ -70,19 +70,60 @@ local function usage_submitted(u, tenant, bkey, n)
 end
 
 -- A final result of size characters; expires_at: when the batch's results expire, if the batch
--- completed with this result (else the batch's expiry stays open, +inf).
-local function usage_finished(u, tenant, bkey, size, expires_at)
-  local t = usage_tenant(tenant)
-  if expires_at then
-    redis.pcall('HDEL', u[1] .. t, bkey)
-    redis.pcall('ZADD', u[3] .. t, fmt(expires_at), bkey)
-  else
-    redis.pcall('HINCRBY', u[1] .. t, bkey, -1)
-    redis.pcall('ZADD', u[3] .. t, 'NX', '+inf', bkey)
+-- completed with this result (else the batch's expiry stays open, +inf). Summed per batch and
+-- per tenant in ctx (a bundle's results mostly share a few batches) and written once, when the
+-- script ends, by usage_flush.
+local function usage_finished(ctx, tenant, bkey, size, expires_at)
+  local acc = ctx.usage_acc
+  if not acc then
+    acc = {batches = {}, border = {}, tenants = {}, torder = {}}
+    ctx.usage_acc = acc
   end
-  redis.pcall('HINCRBY', u[2] .. t, bkey, size)
-  redis.pcall('HINCRBY', u[4] .. t, 'queued', -1)
-  redis.pcall('HINCRBY', u[4] .. t, 'bytes', size)
+  local b = acc.batches[bkey]
+  if not b then
+    b = {tenant = tenant, n = 0, size = 0}
+    acc.batches[bkey] = b
+    acc.border[#acc.border + 1] = bkey
+  end
+  b.n = b.n + 1
+  b.size = b.size + size
+  if expires_at then
+    b.expires_at = expires_at
+  end
+  local t = acc.tenants[tenant]
+  if not t then
+    t = {n = 0, size = 0}
+    acc.tenants[tenant] = t
+    acc.torder[#acc.torder + 1] = tenant
+  end
+  t.n = t.n + 1
+  t.size = t.size + size
+end
+
+-- Write what usage_finished summed (every script that calls finish ends with this).
+local function usage_flush(ctx)
+  local acc, u = ctx.usage_acc, ctx.usage
+  if not acc then
+    return
+  end
+  ctx.usage_acc = nil
+  for _, bkey in ipairs(acc.border) do
+    local b = acc.batches[bkey]
+    local t = usage_tenant(b.tenant)
+    if b.expires_at then
+      redis.pcall('HDEL', u[1] .. t, bkey)
+      redis.pcall('ZADD', u[3] .. t, fmt(b.expires_at), bkey)
+    else
+      redis.pcall('HINCRBY', u[1] .. t, bkey, -b.n)
+      redis.pcall('ZADD', u[3] .. t, 'NX', '+inf', bkey)
+    end
+    redis.pcall('HINCRBY', u[2] .. t, bkey, b.size)
+  end
+  for _, tenant in ipairs(acc.torder) do
+    local sum, t = acc.tenants[tenant], usage_tenant(tenant)
+    redis.pcall('HINCRBY', u[4] .. t, 'queued', -sum.n)
+    redis.pcall('HINCRBY', u[4] .. t, 'bytes', sum.size)
+  end
 end
 
 -- A result's size, as the quotas count it: the length in characters (code points) of the
@@ -259,7 +300,8 @@ end
 -- last_stage: a stage record JSON to append to the request's stages first (or nil), written
 -- with the result in one HSET. body_chars: result_body's length as pydantic writes it, when the
 -- script wrote it (else result_body came from pydantic and is measured as it is). ctx.usage:
--- the usage counters to move (standalone; usage_prefixes).
+-- the usage counters to move (standalone; usage_prefixes), summed in ctx until the script
+-- calls usage_flush.
 local function finish(reqkey, result_body, status, now, ctx, last_stage, body_chars)
   local r = redis.call('HMGET', reqkey, 'k_batch', 'seq', 'stages', 'arrived_at', 'request_id',
     'tenant')
@@ -323,7 +365,7 @@ local function finish(reqkey, result_body, status, now, ctx, last_stage, body_ch
       size = size + nstages - 1  -- the commas between stage records
     end
     local expires_at = completed and tonumber(now) + tonumber(ctx.ttl) or nil
-    usage_finished(u, r[6], bkey, size, expires_at)
+    usage_finished(ctx, r[6], bkey, size, expires_at)
   end
   return completed and 1 or 0
 end

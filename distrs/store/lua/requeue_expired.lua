@@ -43,4 +43,5 @@ for _, lkey in ipairs(expired) do
     out[#out + 1] = l[3]
   end
 end
+usage_flush(ctx)
 return out

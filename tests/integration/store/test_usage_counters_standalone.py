@@ -47,25 +47,25 @@ async def store(redis_server: RedisServer) -> AsyncIterator[RedisStore]:
     await s.close()
 
 
-def _req(rid: str, batch: str, stage: str = "s1") -> NewRequest:
+def _req(rid: str, batch: str, stage: str = "s1", tenant: str = TENANT) -> NewRequest:
     return NewRequest(
-        tenant=TENANT, task=TASK, batch_id=batch, request_id=rid, reward_type="synthetic",
+        tenant=tenant, task=f"{tenant}/t", batch_id=batch, request_id=rid, reward_type="synthetic",
         first_stage=stage, payload={},
     )  # fmt: skip
 
 
-async def _counters(s: RedisStore) -> dict[str, Any]:
+async def _counters(s: RedisStore, tenant: str = TENANT) -> dict[str, Any]:
     k, r = s.keys, s._r
     return {
-        "queued": await r.hgetall(k.usage_queued(TENANT)),
-        "bytes": {b: int(v) for b, v in (await r.hgetall(k.usage_bytes(TENANT))).items()},
-        "expiry": dict(await r.zrange(k.usage_expiry(TENANT), 0, -1, withscores=True)),
-        "totals": await r.hgetall(k.usage_totals(TENANT)),
+        "queued": await r.hgetall(k.usage_queued(tenant)),
+        "bytes": {b: int(v) for b, v in (await r.hgetall(k.usage_bytes(tenant))).items()},
+        "expiry": dict(await r.zrange(k.usage_expiry(tenant), 0, -1, withscores=True)),
+        "totals": await r.hgetall(k.usage_totals(tenant)),
     }
 
 
-async def _sizes(s: RedisStore, batch: str) -> int:
-    return sum(len(r.model_dump_json()) for r in await s.batch_results(TASK, batch))
+async def _sizes(s: RedisStore, batch: str, task: str = TASK) -> int:
+    return sum(len(r.model_dump_json()) for r in await s.batch_results(task, batch))
 
 
 async def test_every_standalone_script_moves_the_counters_it_must(store: RedisStore) -> None:
@@ -73,9 +73,11 @@ async def test_every_standalone_script_moves_the_counters_it_must(store: RedisSt
     b1, b2, b3 = (k.batch(TASK, b) for b in ("b1", "b2", "b3"))
     for batch, size in (("b1", 3), ("b2", 2), ("b3", 1)):
         await store.register_batch(BatchInfo(tenant=TENANT, task=TASK, batch_id=batch, size=size), 100.0)
-    reqs = [_req("r0", "b1"), _req("r1", "b1"), _req("r2", "b1"), _req("r3", "b2"), _req("r5", "b3")]
+    await store.register_batch(BatchInfo(tenant="bob", task="bob/t", batch_id="bb", size=2), 100.0)
+    bob = _req("q1", "bb", tenant="bob")  # queued between b1 and b2: in the bundle below
+    reqs = [_req("r0", "b1"), _req("r1", "b1"), _req("r2", "b1"), bob, _req("r3", "b2"), _req("r5", "b3")]
     out = await store.submit([*reqs, _req("r4", "b2", stage="s1/x")], 101.0)
-    assert len(out.accepted) == 6
+    assert len(out.accepted) == 7
     again = await store.submit([_req("r0", "b1"), _req("r4", "b2", stage="s1/x")], 101.5)
     assert again.duplicates == ["r0", "r4"]  # counted once
     got = await _counters(store)
@@ -99,16 +101,23 @@ async def test_every_standalone_script_moves_the_counters_it_must(store: RedisSt
     assert got["expiry"] == {b1: float("inf")}
     assert got["totals"] == {"queued": "5", "bytes": str(await _sizes(store, "b1"))}
 
-    # r1, r2 in one bundle: the batch completes with the second
-    leases = [await store.lease("s1", "w", 105.0, 30.0) for _ in range(2)]
-    assert [le.request_id for le in leases if le is not None] == ["r1", "r2"]
+    # r1, r2 and bob's q1 in one bundle: b1 completes with r2, bob's batch stays open
+    leases = [await store.lease("s1", "w", 105.0, 30.0) for _ in range(3)]
+    assert [le.request_id for le in leases if le is not None] == ["r1", "r2", "q1"]
     items = [
         CompletionItem(lease_id=le.lease_id, run_s=0.25, result=Result(request_id=le.request_id,
                        status=Status.WRONG_ANSWER, detail={"i": i}))
         for i, le in enumerate(leases) if le is not None
     ]  # fmt: skip
     outs = await store.complete_many(items, "w", 106.0)
-    assert [getattr(o, "batch_completed", None) for o in outs] == [False, True]
+    assert [getattr(o, "batch_completed", None) for o in outs] == [False, True, False]
+    bob_size = await _sizes(store, "bb", "bob/t")
+    assert await _counters(store, "bob") == {
+        "queued": {k.batch("bob/t", "bb"): "0"},
+        "bytes": {k.batch("bob/t", "bb"): bob_size},
+        "expiry": {k.batch("bob/t", "bb"): float("inf")},
+        "totals": {"queued": "0", "bytes": str(bob_size)},
+    }
     # r3 completes alone; r4 (stage "s1/x") is ended by the reaper, which completes b2
     lease = await store.lease("s1", "w", 107.0, 30.0)
     assert lease is not None and lease.request_id == "r3"
