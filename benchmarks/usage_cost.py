@@ -1,11 +1,13 @@
 """What the per-tenant usage accounting (``store/redis/usage.py``) costs Redis per lifecycle.
 
 The Redis store with the accounting (``RedisStore``) against the same store without it (the other
-mixins alone), side by side and alternating, against one fresh ``redis-server`` (no persistence,
+mixins alone, whose scripts get no usage keys: standalone, the scripts move the counters
+themselves), side by side and alternating, against one fresh ``redis-server`` (no persistence,
 so that only the commands are compared): batches of 1,000 registered, submitted in bulk, leased
 and completed one at a time and in bundles of 32, results read. Per lifecycle it reports the
-Redis commands processed (``INFO stats``: deterministic, so valid on a busy machine), the Redis
-server's CPU (``INFO cpu``) and the lifecycles per second of this one client (noisy).
+Redis commands processed (``INFO stats``: deterministic, so valid on a busy machine; a script
+counts as one command however many it runs inside), the Redis server's CPU (``INFO cpu``), this
+client's CPU (the store's Python, ``time.process_time``) and its lifecycles per second (noisy).
 
     .venv/bin/python benchmarks/usage_cost.py [--requests 5000] [--rounds 2]
 """
@@ -20,12 +22,14 @@ import subprocess
 import tempfile
 import time
 import uuid
+from typing import Any
 
 import redis.asyncio as aredis
 
 from distrs.config import StoreSettings
 from distrs.core.model import BatchInfo, Result, Status
 from distrs.store.base import CompletionItem, NewRequest
+from distrs.store.keys import Keys
 from distrs.store.redis import RedisStore
 from distrs.store.redis.base import RedisBase
 from distrs.store.redis.batches import BatchOps
@@ -35,8 +39,19 @@ from distrs.store.redis.results import ResultOps
 BATCH = 1000
 
 
+class _NoUsageKeys(Keys):
+    """Keys whose scripts are told not to move usage counters (as in cluster mode)."""
+
+    def usage_prefixes(self) -> tuple[str, str, str, str]:
+        return ("", "", "", "")
+
+
 class WithoutUsage(BatchOps, LeaseOps, ResultOps, RedisBase):
     """The Redis store less its usage accounting."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.keys = _NoUsageKeys(self.keys.ns, cluster=self.keys.cluster)
 
 
 def _free_port() -> int:
@@ -45,7 +60,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _run(cls: type[RedisBase], url: str, n: int, bundle: int) -> tuple[float, float, float]:
+async def _run(cls: type[RedisBase], url: str, n: int, bundle: int) -> tuple[float, float, float, float]:
     store = cls.from_url(
         url, StoreSettings.model_validate({"redis_url": url}), namespace=f"u-{uuid.uuid4().hex[:8]}"
     )
@@ -61,7 +76,7 @@ async def _run(cls: type[RedisBase], url: str, n: int, bundle: int) -> tuple[flo
 
     now = 1000.0
     c0, cpu0 = await counters()
-    t0 = time.perf_counter()
+    t0, p0 = time.perf_counter(), time.process_time()
     for b in range(n // BATCH):
         bid = f"b{b}"
         await store.register_batch(BatchInfo(tenant="a", task="a/t", batch_id=bid, size=BATCH), now)
@@ -89,13 +104,13 @@ async def _run(cls: type[RedisBase], url: str, n: int, bundle: int) -> tuple[flo
                 ]
                 await store.complete_many(items, "w", now)
         await store.batch_results("a/t", bid)
-    wall = time.perf_counter() - t0
+    wall, client = time.perf_counter() - t0, time.process_time() - p0
     c1, cpu1 = await counters()
     await store.flush_namespace()  # type: ignore[attr-defined]
     await store.close()
     await r.aclose()
     done = n // BATCH * BATCH
-    return (c1 - c0) / done, (cpu1 - cpu0) / done * 1e6, done / wall
+    return (c1 - c0) / done, (cpu1 - cpu0) / done * 1e6, client / done * 1e6, done / wall
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -109,14 +124,18 @@ async def main(args: argparse.Namespace) -> None:
     try:
         await asyncio.sleep(0.5)
         print(
-            "| leases per call | accounting | Redis commands / lifecycle | Redis CPU µs / lifecycle | lifecycles/s |"
+            "| leases per call | accounting | Redis commands / lifecycle | Redis CPU µs / lifecycle "
+            "| client CPU µs / lifecycle | lifecycles/s |"
         )
-        print("|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|")
         for bundle in (1, 32):
             for _ in range(args.rounds):
                 for name, cls in (("off", WithoutUsage), ("on", RedisStore)):
-                    cmds, cpu_us, rate = await _run(cls, url, args.requests, bundle)
-                    print(f"| {bundle} | {name} | {cmds:.2f} | {cpu_us:.0f} | {rate:.0f} |", flush=True)
+                    cmds, cpu_us, client_us, rate = await _run(cls, url, args.requests, bundle)
+                    print(
+                        f"| {bundle} | {name} | {cmds:.2f} | {cpu_us:.0f} | {client_us:.0f} | {rate:.0f} |",
+                        flush=True,
+                    )
     finally:
         proc.terminate()
         proc.wait()
