@@ -5,7 +5,9 @@ deployment hashes to the same slot: the Lua scripts touch keys they discover at 
 request a queue entry points to, the batch a request belongs to), which Redis Cluster only allows
 within one slot. The Lua scripts never build key names themselves: Python builds each key here and
 passes it in, or stores it in a record the script follows (a queue member carries its request
-key, a request hash its batch keys, a lease hash its request and queue keys).
+key, a request hash its batch keys, a lease hash its request and queue keys). One exception:
+standalone, the scripts append a tenant (escaped as ``_part`` does) to the usage key prefixes
+Python passes (``usage_prefixes``), since a completion learns its request's tenant only there.
 
 Layout (``T`` = task, ``B`` = batch id, ``R`` = request id, ``S`` = stage, ``L`` = lease id)::
 
