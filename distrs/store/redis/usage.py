@@ -177,13 +177,11 @@ class UsageOps(BatchOps, LeaseOps, RedisBase):
             log.warning("usage counters not updated (%s); the next exact count repairs them", exc)
 
     async def _expiring_finals(self, now: float, max_attempts: int) -> list[tuple[str, str]]:
-        """(request id, request key) of each expired lease whose requeue will end its request."""
+        """(request id, request key) of each expired lease whose requeue will end its request
+        (cluster mode)."""
         k = self.keys
-        if self.cluster:
-            slots = sorted({s for t in await self._known_tasks() if (s := k.slot_of(t)) is not None})
-            index_keys = [k.leases(s) for s in slots]
-        else:
-            index_keys = [k.leases()]
+        slots = sorted({s for t in await self._known_tasks() if (s := k.slot_of(t)) is not None})
+        index_keys = [k.leases(s) for s in slots]
 
         async def read() -> list[tuple[str, str]]:
             async with self._r.pipeline(transaction=False) as p:
