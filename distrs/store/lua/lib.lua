@@ -167,19 +167,41 @@ local function json_float_chars(x)
   if x == 0 then
     return sign + 3
   end
-  -- fewest significant digits that round-trip (more digits never stop round-tripping)
-  local lo, hi = 1, 17
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    if tonumber(string.format('%.' .. (mid - 1) .. 'e', x)) == x then
-      hi = mid
+  local s, n
+  if x >= 2.2250738585072014e-308 then
+    -- A normal double's shortest digits, when there are at most 15, are what 15 digits give
+    -- less their trailing zeros (a binary ulp is far below a 15-digit step); else 16 or 17.
+    -- 16 digits are tried first: durations computed by subtraction mostly need 17.
+    s = string.format('%.15e', x)
+    if tonumber(s) ~= x then
+      n = 17
+      if string.byte(s, 1) == 49 and string.find(s, '^1%.0+e') then
+        s = string.format('%.16e', x)  -- 16 digits carried into the next power of ten
+      end
     else
-      lo = mid + 1
+      local s15 = string.format('%.14e', x)
+      if tonumber(s15) == x then
+        s = s15
+        local mant = string.gsub(string.sub(s, 1, string.find(s, 'e', 1, true) - 1), '0+$', '')
+        n = #mant - 1
+      else
+        n = 16
+      end
     end
+  else
+    -- subnormal (fewer significant bits): fewest digits that round-trip, searched
+    local lo, hi = 1, 17
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if tonumber(string.format('%.' .. (mid - 1) .. 'e', x)) == x then
+        hi = mid
+      else
+        lo = mid + 1
+      end
+    end
+    s, n = string.format('%.' .. (lo - 1) .. 'e', x), lo
   end
-  local s = string.format('%.' .. (lo - 1) .. 'e', x)
   local e = tonumber(string.sub(s, string.find(s, 'e', 1, true) + 1))
-  local n = lo
   if e >= 16 or e < -5 then
     local mant = n
     if n > 1 then mant = n + 1 end

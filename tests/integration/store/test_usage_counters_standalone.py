@@ -11,6 +11,7 @@ against pydantic over many values.
 
 from __future__ import annotations
 
+import math
 import random
 import struct
 import uuid
@@ -166,6 +167,9 @@ async def test_lua_measures_floats_as_pydantic_writes_them(lua: aioredis.Redis) 
     rng = random.Random(7)
     values = [0.0, -0.0, 1.0, -2.5, 100.0, 1e15, 1e16, 1e-5, 1e-6, 1.5e-5, 123456789012345.6]
     values += [1234567890123456.7, 5e-324, 1.7976931348623157e308, 1 / 3, 1.2000000000000028]
+    for k in range(-323, 309):  # powers of ten and their neighbours (digits carried, notation)
+        p = float(f"1e{k}")
+        values += [p, math.nextafter(p, 0.0), math.nextafter(p, math.inf)]
     for _ in range(3000):
         kind = rng.random()
         if kind < 0.4:  # any finite double
