@@ -47,6 +47,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
+import gc
 import json
 import os
 import platform
@@ -57,9 +59,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request, Response
@@ -246,6 +249,27 @@ def _pct(xs: list[float], p: float) -> float:
         return float("nan")
     s = sorted(xs)
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def generator_gc_off(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Hold this load generator's own cyclic collector off while a timed phase runs: its pauses
+    (tens of ms once its tallies have grown) would land in the round trips it measures, which are
+    the proxy's. What it allocates meanwhile is freed by reference counting or after the phase."""
+
+    @functools.wraps(fn)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        gc.collect()
+        gc.disable()
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return run
 
 
 def _payload() -> dict[str, Any]:
@@ -452,6 +476,7 @@ async def phase_floor(port: int, seconds: float, workers: int) -> dict[str, Any]
     }
 
 
+@generator_gc_off
 async def phase_floor_single(port: int, rate: float, seconds: float) -> dict[str, Any]:
     """The floor app's share of a batch-of-one lifecycle: its five calls (three lease-shaped,
     two completion-shaped, one after another on one connection, as the proxy's lifecycle makes
@@ -497,6 +522,7 @@ async def phase_floor_single(port: int, rate: float, seconds: float) -> dict[str
 # --- phase 2: latency at a fixed rate -----------------------------------------------------------
 
 
+@generator_gc_off
 async def phase_latency(
     port: int, rate: float, seconds: float, workers: int, task: str = "lat"
 ) -> dict[str, Any]:
@@ -605,6 +631,7 @@ async def _one_lifecycle(c: Http, task: str, n: int) -> float:
             return time.perf_counter() - t0
 
 
+@generator_gc_off
 async def phase_single(
     port: int, seconds: float, workers: int, trainers: int = 0, rate: float = 0.0, task: str = "one"
 ) -> dict[str, Any]:

@@ -9,9 +9,12 @@ it keeps (about 12 tracked objects per finished request). Measured with
 added latency; the pause grows without bound with the store.
 
 What: ``GcPolicy.install`` freezes what is alive after start-up (``gc.freeze``, O(1): imported
-code and settings are never garbage), and after every full pass it freezes the survivors again.
-Everything that survived a full pass was reachable at that moment, so the next full pass only
-walks the objects promoted since. Freezing has one cost: an object frozen while alive that later
+code and settings are never garbage), and after every generation-1 or full pass it freezes the
+survivors again. Everything that survived such a pass was reachable at that moment, so a full
+pass only walks the objects promoted since the last generation-1 pass (a few, instead of all
+those promoted since the last full pass: with the memory store keeping every record, those were
+40-90 ms of pause every ten seconds or so at a few hundred requests per second, measured with
+the batches-of-one run of ``benchmarks/proxy_load.py``, and the p99 of that run). Freezing has one cost: an object frozen while alive that later
 becomes part of an unreachable reference cycle is not freed (objects freed by reference counting,
 which is nearly all of them, still are). So at most every ``sweep_interval_s`` the policy
 unfreezes everything and the next full pass walks the whole heap once (``sweep_due``), which
@@ -34,6 +37,11 @@ log = logging.getLogger(__name__)
 
 # A full pass over the whole heap (frozen objects included) at most this often.
 SWEEP_INTERVAL_S = 1800.0
+# Generation-0 passes per generation-1 pass (CPython's default: 10). A generation-1 pass walks
+# what the young passes since the previous one kept (with the memory store: nearly all they saw),
+# then the policy freezes it; fewer young passes in between make each such pause shorter, for
+# the same work in all.
+YOUNG_PASSES_PER_GEN1 = 2
 
 
 def sweep_due(now: float, last_sweep_at: float, interval_s: float) -> bool:
@@ -52,12 +60,16 @@ class GcPolicy:
         self.clock = clock
         self.last_sweep_at = 0.0
         self.installed = False
+        self._thresholds = gc.get_threshold()
+        self.sweep_pending = False  # unfrozen: the next full pass walks the whole heap
 
     def install(self) -> None:
         """Freeze what is alive and keep freezing after every full pass (both O(1))."""
         if self.installed:
             return
         gc.freeze()
+        self._thresholds = gc.get_threshold()
+        gc.set_threshold(self._thresholds[0], YOUNG_PASSES_PER_GEN1, self._thresholds[2])
         self.last_sweep_at = self.clock()
         gc.callbacks.append(self._on_gc)
         self.installed = True
@@ -70,16 +82,23 @@ class GcPolicy:
         self.installed = False
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+        gc.set_threshold(*self._thresholds)
         gc.unfreeze()
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
-        if phase != "stop" or info.get("generation") != 2:
+        generation = info.get("generation")
+        if phase != "stop" or generation not in (1, 2):
             return
-        now = self.clock()
-        if sweep_due(now, self.last_sweep_at, self.sweep_interval_s):
-            # the next full pass walks everything and frees cycles among formerly frozen objects
-            self.last_sweep_at = now
-            gc.unfreeze()
+        if generation == 2:
+            if self.sweep_pending:  # that was the sweep: freezing goes on
+                self.sweep_pending = False
+            elif sweep_due(now := self.clock(), self.last_sweep_at, self.sweep_interval_s):
+                # the next full pass walks everything and frees cycles among formerly frozen objects
+                self.last_sweep_at = now
+                self.sweep_pending = True
+                gc.unfreeze()
+                return
+        elif self.sweep_pending:  # keep the heap unfrozen until the sweep has walked it
             return
-        # every survivor of a full pass is reachable now: later passes need not walk it again
+        # every survivor of this pass is reachable now: later passes need not walk it again
         gc.freeze()

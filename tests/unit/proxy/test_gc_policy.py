@@ -1,4 +1,4 @@
-"""The proxy's collector policy: start-up state and full-pass survivors are frozen, garbage is
+"""The proxy's collector policy: start-up state and the survivors of generation-1 and full passes are frozen, garbage is
 still collected, a periodic sweep frees cycles among formerly frozen objects, and uninstall
 hands everything back."""
 
@@ -104,6 +104,31 @@ def test_cycle_frozen_while_alive_is_freed_by_the_sweep(clean: None) -> None:
         gc.collect()  # this full pass walks the whole heap
         assert ref() is None
         assert gc.get_freeze_count() > 0  # and freezing goes on after it
+    finally:
+        policy.uninstall()
+
+
+def test_generation_1_survivors_are_frozen_and_a_sweep_waits_for_its_full_pass(clean: None) -> None:
+    clock = Clock()
+    policy = GcPolicy(sweep_interval_s=60.0, clock=clock)
+    policy.install()
+    try:
+        before = gc.get_freeze_count()
+        survivor = [Node() for _ in range(1000)]
+        gc.collect(1)
+        assert gc.get_freeze_count() >= before + len(survivor)
+        a, ref = cycle()
+        gc.collect(1)  # frozen while alive
+        del a
+        clock.t += 60.0
+        gc.collect()  # sweep due: unfrozen after this pass
+        assert gc.get_freeze_count() == 0
+        gc.collect(1)  # a generation-1 pass before the sweep must not freeze again
+        assert gc.get_freeze_count() == 0
+        gc.collect()  # the sweep walks everything
+        assert ref() is None
+        gc.collect(1)
+        assert gc.get_freeze_count() > 0
     finally:
         policy.uninstall()
 
