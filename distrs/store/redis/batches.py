@@ -76,14 +76,17 @@ class BatchOps(ReadyOps):
 
     async def get_batch(self, task: str, batch_id: str) -> BatchInfo | None:
         bkey = self.keys.batch(task, batch_id)
-        self._seen_result.set((bkey, self._results.generation(bkey)))  # see wait_batch
+        # the generations before the read (see wait_batch): a wake-up that comes after it, even
+        # one handled before this coroutine resumes, must make the next wait return at once
+        done = completed_key(bkey)
+        seen_done = (done, self._results.generation(done))
+        self._seen_result.set((bkey, self._results.generation(bkey)))
         h = await self._call(lambda: self._r.hgetall(self.keys.batch(task, batch_id)))
         if not h:
             return None
         batch = self._batch_from_hash(h)
-        if not batch.complete:  # its caller may wait for the completion next (wait_batch)
-            done = completed_key(bkey)
-            self._seen_result.set((done, self._results.generation(done)))
+        if not batch.complete:  # its caller may wait for the completion next
+            self._seen_result.set(seen_done)
         return batch
 
     async def batch_extra_delay(self, task: str, batch_id: str) -> float | None:

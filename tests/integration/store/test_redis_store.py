@@ -166,6 +166,37 @@ async def test_wake_up_crosses_processes(redis_server: RedisServer) -> None:
         await s.close()
 
 
+async def test_a_completion_handled_while_the_batch_read_returns_is_not_missed(
+    redis_server: RedisServer,
+) -> None:
+    """The batch completes after Redis answered the read, and its wake-up is handled before the
+    reading coroutine resumes: the results long-poll's next wait must still return at once."""
+    from distrs.store.redis.base import completed_key
+
+    ns = f"done-{uuid.uuid4().hex[:8]}"
+    store = await _store(redis_server.url, ns)
+    try:
+        await store.register_batch(BatchInfo(task="t", batch_id="b", size=1), 100.0)
+        call = store._call
+
+        async def read_then_wake(fn):  # type: ignore[no-untyped-def]
+            out = await call(fn)
+            store._results.wake(completed_key(store.keys.batch("t", "b")))  # the listener ran first
+            return out
+
+        store._call = read_then_wake  # type: ignore[method-assign]
+        batch = await store.get_batch("t", "b")
+        store._call = call  # type: ignore[method-assign]
+        assert batch is not None and not batch.complete
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await store.wait_batch("t", "b", 5.0, until_complete=True)
+        assert loop.time() - t0 < 0.5  # not the 1 s re-check
+    finally:
+        await store.flush_namespace()
+        await store.close()
+
+
 async def test_keys_are_namespaced_and_finished_batches_expire(redis_server: RedisServer) -> None:
     ns = f"keys-{uuid.uuid4().hex[:8]}"
     store = await _store(redis_server.url, ns)
