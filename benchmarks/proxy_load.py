@@ -476,27 +476,20 @@ async def phase_floor(port: int, seconds: float, workers: int) -> dict[str, Any]
     }
 
 
-@generator_gc_off
-async def phase_floor_single(port: int, rate: float, seconds: float) -> dict[str, Any]:
-    """The floor app's share of a batch-of-one lifecycle: its five calls (three lease-shaped,
-    two completion-shaped, one after another on one connection, as the proxy's lifecycle makes
-    them on its trainer and worker connections) at ``rate`` lifecycles/s, open loop."""
+async def _open_loop(
+    port: int, rate: float, seconds: float, lifecycle: Callable[[Http], Awaitable[float]]
+) -> list[float]:
+    """``lifecycle`` started at ``rate`` per second for ``seconds`` (open loop), each on one of 64
+    keep-alive connections; the seconds each took."""
     pool: asyncio.Queue[Http] = asyncio.Queue()
     for _ in range(64):
         pool.put_nowait(Http("127.0.0.1", port))
-    body = {"stage": "compile", "worker_id": "f", "wait_s": 0}
-    done = {"worker_id": "f", "outcome": "final", "run_s": 0.001, "result": {"status": "ok", "score": 1.0}}
     lat: list[float] = []
 
     async def one() -> None:
         c = await pool.get()
         try:
-            t = time.perf_counter()
-            for path, b in (("/v1/leases", body), ("/v1/leases", body), ("/v1/leases/l-0/complete", done),
-                            ("/v1/leases", body), ("/v1/leases/l-0/complete", done)):  # fmt: skip
-                st, raw = await c.call("POST", path, b)
-                assert st == 200, raw
-            lat.append(time.perf_counter() - t)
+            lat.append(await lifecycle(c))
         finally:
             pool.put_nowait(c)
 
@@ -510,10 +503,30 @@ async def phase_floor_single(port: int, rate: float, seconds: float) -> dict[str
     await asyncio.gather(*started)
     while not pool.empty():
         await pool.get_nowait().close()
-    ms = [x * 1000 for x in lat]
+    return lat
+
+
+@generator_gc_off
+async def phase_floor_single(port: int, rate: float, seconds: float) -> dict[str, Any]:
+    """The floor app's share of a batch-of-one lifecycle: its five calls (three lease-shaped,
+    two completion-shaped, one after another on one connection, as the proxy's lifecycle makes
+    them on its trainer and worker connections) at ``rate`` lifecycles/s, open loop."""
+    body = {"stage": "compile", "worker_id": "f", "wait_s": 0}
+    done = {"worker_id": "f", "outcome": "final", "run_s": 0.001, "result": {"status": "ok", "score": 1.0}}
+    calls = (("/v1/leases", body), ("/v1/leases", body), ("/v1/leases/l-0/complete", done),
+             ("/v1/leases", body), ("/v1/leases/l-0/complete", done))  # fmt: skip
+
+    async def five(c: Http) -> float:
+        t = time.perf_counter()
+        for path, b in calls:
+            st, raw = await c.call("POST", path, b)
+            assert st == 200, raw
+        return time.perf_counter() - t
+
+    ms = [x * 1000 for x in await _open_loop(port, rate, seconds, five)]
     return {
         "mode": f"{rate:.0f}/s offered",
-        "lifecycles": len(lat),
+        "lifecycles": len(ms),
         "lifecycle_p50_ms": round(_pct(ms, 50), 3),
         "lifecycle_p99_ms": round(_pct(ms, 99), 3),
     }
@@ -660,26 +673,7 @@ async def phase_single(
 
         await asyncio.gather(*(trainer() for _ in range(trainers)))
     else:
-        pool: asyncio.Queue[Http] = asyncio.Queue()
-        for _ in range(64):
-            pool.put_nowait(Http("127.0.0.1", port))
-
-        async def one() -> None:
-            c = await pool.get()
-            try:
-                lat.append(await _one_lifecycle(c, task, next(counter)))
-            finally:
-                pool.put_nowait(c)
-
-        started = []
-        for i in range(int(rate * seconds)):
-            delay = t0 + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            started.append(asyncio.create_task(one()))
-        await asyncio.gather(*started)
-        while not pool.empty():
-            await pool.get_nowait().close()
+        lat += await _open_loop(port, rate, seconds, lambda c: _one_lifecycle(c, task, next(counter)))
     elapsed = time.perf_counter() - t0
     calls = Http.calls - calls0
     stop.set()
