@@ -6,7 +6,9 @@ caller does not put the connection out of step."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -31,24 +33,29 @@ def _client(server: RedisServer, db: int = 0) -> aioredis.Redis:
     return connect(url, StoreSettings.model_validate({"redis_url": url}))
 
 
-async def test_replies_reach_their_own_callers_in_order(redis_server: RedisServer) -> None:
-    client = _client(redis_server)
+@contextlib.asynccontextmanager
+async def _channel(server: RedisServer, db: int = 0) -> AsyncIterator[tuple[aioredis.Redis, ScriptChannel]]:
+    """A client of ``server`` and a channel over its pool, both closed afterwards."""
+    client = _client(server, db)
     channel = ScriptChannel(client.connection_pool)
     try:
-        calls = [
-            channel.execute([("EVAL", ECHO, 0, f"{i}-{j}") for j in range(i % 5 + 1)]) for i in range(200)
-        ]
-        got = await asyncio.gather(*calls)
-        assert got == [[f"{i}-{j}" for j in range(i % 5 + 1)] for i in range(200)]
+        yield client, channel
     finally:
         await channel.close()
         await client.aclose()
 
 
+async def test_replies_reach_their_own_callers_in_order(redis_server: RedisServer) -> None:
+    async with _channel(redis_server) as (_, channel):
+        calls = [
+            channel.execute([("EVAL", ECHO, 0, f"{i}-{j}") for j in range(i % 5 + 1)]) for i in range(200)
+        ]
+        got = await asyncio.gather(*calls)
+        assert got == [[f"{i}-{j}" for j in range(i % 5 + 1)] for i in range(200)]
+
+
 async def test_error_replies_are_redis_py_exceptions_not_raised(redis_server: RedisServer) -> None:
-    client = _client(redis_server)
-    channel = ScriptChannel(client.connection_pool)
-    try:
+    async with _channel(redis_server) as (_, channel):
         out = await channel.execute(
             [
                 ("EVALSHA", "0" * 40, 0),
@@ -59,30 +66,20 @@ async def test_error_replies_are_redis_py_exceptions_not_raised(redis_server: Re
         assert isinstance(out[0], NoScriptError)
         assert isinstance(out[1], ResponseError) and str(out[1]).startswith("DISTRS x")
         assert out[2] == "ok"
-    finally:
-        await channel.close()
-        await client.aclose()
 
 
 async def test_it_uses_the_clients_database(redis_server: RedisServer) -> None:
-    client = _client(redis_server, db=3)
-    channel = ScriptChannel(client.connection_pool)
     key = f"channel-{uuid.uuid4().hex}"
-    try:
+    async with _channel(redis_server, db=3) as (client, channel):
         assert await channel.execute([("SET", key, "v")]) == ["OK"]
         assert await client.get(key) == "v"
         other = _client(redis_server, db=0)
         assert await other.get(key) is None
         await other.aclose()
-    finally:
-        await channel.close()
-        await client.aclose()
 
 
 async def test_a_killed_connection_fails_what_is_in_flight_then_reconnects(redis_server: RedisServer) -> None:
-    client = _client(redis_server)
-    channel = ScriptChannel(client.connection_pool)
-    try:
+    async with _channel(redis_server) as (_, channel):
         [own] = await channel.execute([("CLIENT", "ID")])
         # the server closes the connection after the first command: the second is in flight
         with pytest.raises(RedisConnectionError):
@@ -90,15 +87,10 @@ async def test_a_killed_connection_fails_what_is_in_flight_then_reconnects(redis
         assert await channel.execute([("EVAL", ECHO, 0, "again")]) == ["again"]
         [again] = await channel.execute([("CLIENT", "ID")])
         assert again != own  # a new connection
-    finally:
-        await channel.close()
-        await client.aclose()
 
 
 async def test_a_cancelled_caller_leaves_the_connection_in_step(redis_server: RedisServer) -> None:
-    client = _client(redis_server)
-    channel = ScriptChannel(client.connection_pool)
-    try:
+    async with _channel(redis_server) as (_, channel):
         slow = asyncio.create_task(channel.execute([("EVAL", SPIN, 0, "100"), ("EVAL", ECHO, 0, "late")]))
         await asyncio.sleep(0.02)
         slow.cancel()
@@ -106,24 +98,16 @@ async def test_a_cancelled_caller_leaves_the_connection_in_step(redis_server: Re
             await slow
         got = await asyncio.gather(*(channel.execute([("EVAL", ECHO, 0, str(i))]) for i in range(20)))
         assert got == [[str(i)] for i in range(20)]
-    finally:
-        await channel.close()
-        await client.aclose()
 
 
 async def test_closed_it_refuses_and_opened_it_serves_again(redis_server: RedisServer) -> None:
-    client = _client(redis_server)
-    channel = ScriptChannel(client.connection_pool)
-    try:
+    async with _channel(redis_server) as (_, channel):
         assert await channel.execute([("EVAL", ECHO, 0, "a")]) == ["a"]
         await channel.close()
         with pytest.raises(RedisConnectionError):
             await channel.execute([("EVAL", ECHO, 0, "b")])
         channel.open()
         assert await channel.execute([("EVAL", ECHO, 0, "c")]) == ["c"]
-    finally:
-        await channel.close()
-        await client.aclose()
 
 
 async def test_a_server_that_is_gone_is_a_connection_error() -> None:
