@@ -43,10 +43,15 @@ def test_honest_kernel_is_correct_and_timed(
     assert d["speedup"] == pytest.approx(d["ref_runtime"] / d["runtime"])
     assert out.score == pytest.approx(min(d["speedup"], 10.0))  # the default formula
     assert d["versions"]["torch"] and d["metadata"]["device"] == "cpu"
-    # an honest kernel hides no time outside its own timing; on a loaded machine one run's
-    # medians can still differ by more than the margin, so a flag must hold on a second run
-    if hidden_time(d):
-        assert not hidden_time(execute(executor, honest_artifacts, HONEST).detail), d["flags"]
+    # an honest kernel hides no time outside its own timing; on a loaded machine a run's medians
+    # can still differ by more than the margin (a preempted call is longer on the host's clock),
+    # so the flag must hold on two more runs (a candidate that hides time is flagged on every run:
+    # test_patched_timer_is_charged_the_hosts_clock)
+    for _ in range(2):
+        if not hidden_time(d):
+            break
+        d = execute(executor, honest_artifacts, HONEST).detail
+    assert not hidden_time(d), d["flags"]
 
 
 def hidden_time(detail: dict[str, Any]) -> bool:
