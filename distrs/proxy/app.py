@@ -26,7 +26,7 @@ from distrs.proxy.auth import TokenTable
 from distrs.proxy.credentials import CredentialIssuer, derive_secret
 from distrs.proxy.deps import AppState
 from distrs.proxy.gc_policy import GcPolicy
-from distrs.proxy.hot_path import ProxyApp
+from distrs.proxy.hot_path import ProxyApp, body_framing
 from distrs.proxy.plain_routes import plain
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes import catalog, ops, trainer, worker, workers
@@ -46,14 +46,11 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        chunked = False
-        for k, v in scope.get("headers", []):
-            if k == b"content-length" and v.isdigit() and int(v) > self.limit:
-                await self._reject(send)
-                return
-            if k == b"transfer-encoding":
-                chunked = True
-        if not chunked:
+        body = body_framing(scope.get("headers", []), self.limit)
+        if body == "too_large":
+            await self._reject(send)
+            return
+        if body is None:
             # Without Transfer-Encoding an HTTP/1.1 body is exactly Content-Length bytes (none
             # without one), held to the limit above: the server hands the app no more, so there
             # is nothing to count (and no receive wrapper to pay for on every call)

@@ -31,6 +31,17 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 
+def body_framing(headers: list[tuple[bytes, bytes]], limit: int) -> str | None:
+    """``too_large`` when Content-Length exceeds ``limit``, ``chunked`` for a body sent with
+    Transfer-Encoding (its size is known only as it is read), else None."""
+    for k, v in headers:
+        if k == b"content-length" and v.isdigit() and int(v) > limit:
+            return "too_large"
+        if k == b"transfer-encoding":
+            return "chunked"
+    return None
+
+
 class ProxyApp(FastAPI):
     """FastAPI with the hot path above (module docstring)."""
 
@@ -63,15 +74,14 @@ class ProxyApp(FastAPI):
         return self._hot_on
 
     async def _serve(self, route: Route, scope: Scope, child: Scope, receive: Receive, send: Send) -> None:
-        for k, v in scope["headers"]:
-            if k == b"content-length":
-                if v.isdigit() and int(v) > self._body_limit:
-                    assert self._reject is not None
-                    await self._reject(send)
-                    return
-            elif k == b"transfer-encoding":
-                await super().__call__(scope, receive, send)
-                return
+        body = body_framing(scope["headers"], self._body_limit)
+        if body == "too_large":
+            assert self._reject is not None
+            await self._reject(send)
+            return
+        if body == "chunked":
+            await super().__call__(scope, receive, send)
+            return
         scope.update(child)
         scope["app"] = self
         if self._hot_stack is None:
