@@ -29,6 +29,7 @@ and raising rlimits is refused.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -41,7 +42,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -649,6 +650,16 @@ def build_one(tool: Tool, spec: ImageSpec, registry: str, tag: str, force: bool 
     return image
 
 
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """One build at a time per host: the cache, the bases and the image names are shared, and a
+    prune must not take an image another build has just superseded but still inspects."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build(
     kinds: Sequence[str] = DEFAULT_KINDS,
     *,
@@ -661,10 +672,7 @@ def build(
     tool = tool or pick_tool()
     tag = tag or app_version()
     out = {}
-    CACHE.mkdir(parents=True, exist_ok=True)
-    # One build at a time per host: the cache, the bases and the image names are shared.
-    with open(CACHE / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock():
         for kind in kinds:
             if kind not in SPECS:
                 raise SystemExit(f"unknown image {kind!r}; known: {', '.join(SPECS)}")

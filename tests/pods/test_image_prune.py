@@ -22,33 +22,39 @@ def _foreign_untagged_image(tool: build_images.Tool, tmp_path: Path) -> str:
     return image_id
 
 
+def _build(tool: build_images.Tool, dockerfile: Path, image: str, base: str, stamp: str) -> str:
+    tool.build(
+        dockerfile, image, {"BASE_IMAGE": base, "STAMP": stamp}, {build_images.KEY_LABEL: "prune-check"}
+    )
+    image_id = tool.image_id(image)
+    assert image_id
+    return image_id
+
+
 def test_rebuild_prunes_the_superseded_image_and_keeps_others(
     pod_tool: build_images.Tool, pod_images: dict[str, str], tmp_path: Path
 ) -> None:
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nARG STAMP\nRUN echo $STAMP > /stamp\n")
-    image = "localhost/distrs-prune-check:test"
-    label = {build_images.KEY_LABEL: "prune-check"}
-    made: list[str] = [image]
+    image, base = "localhost/distrs-prune-check:test", pod_images["redis"]
+    made = [image]
     try:
-        made.append(_foreign_untagged_image(pod_tool, tmp_path))
-        ids = []
-        for stamp in ("one", "two"):
-            pod_tool.build(dockerfile, image, {"BASE_IMAGE": pod_images["redis"], "STAMP": stamp}, label)
-            image_id = pod_tool.image_id(image)
-            assert image_id
-            ids.append(image_id)
-            made.append(image_id)
-        first, second = ids
-        assert first != second
-        assert pod_tool.image_id(first) == first  # untagged, still on disk before the prune
+        with build_images.build_lock():  # no other build's prune in between
+            foreign = _foreign_untagged_image(pod_tool, tmp_path)
+            made.append(foreign)
+            first = _build(pod_tool, dockerfile, image, base, "one")
+            made.append(first)
+            second = _build(pod_tool, dockerfile, image, base, "two")
+            made.append(second)
+            assert first != second
+            assert pod_tool.image_id(first) == first  # untagged, still on disk before the prune
 
-        pod_tool.prune_superseded()
+            pod_tool.prune_superseded()
 
         assert pod_tool.image_id(first) is None
         assert pod_tool.image_id(image) == second
-        assert pod_tool.image_id(pod_images["redis"]) is not None
-        assert pod_tool.image_id(made[1]) == made[1]
+        assert pod_tool.image_id(base) is not None
+        assert pod_tool.image_id(foreign) == foreign
     finally:
         for ref in made:
             pod_tool.run("rmi", "--force", ref, check=False, capture=True)
