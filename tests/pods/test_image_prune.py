@@ -5,7 +5,11 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from scripts import build_images
+
+pytestmark = [pytest.mark.pods, pytest.mark.timeout(900)]
 
 
 def _foreign_untagged_image(tool: build_images.Tool, tmp_path: Path) -> str:
