@@ -14,9 +14,9 @@ survivors again. Everything that survived such a pass was reachable at that mome
 pass only walks the objects promoted since the last generation-1 pass (a few, instead of all
 those promoted since the last full pass: with the memory store keeping every record, those were
 40-90 ms of pause every ten seconds or so at a few hundred requests per second, measured with
-the batches-of-one run of ``benchmarks/proxy_load.py``, and the p99 of that run). Freezing has one cost: an object frozen while alive that later
-becomes part of an unreachable reference cycle is not freed (objects freed by reference counting,
-which is nearly all of them, still are). So at most every ``sweep_interval_s`` the policy
+the batches-of-one run of ``benchmarks/proxy_load.py``, and the p99 of that run). Freezing has
+one cost: an object frozen while alive that later becomes part of an unreachable reference cycle
+is not freed (objects freed by reference counting, which is nearly all of them, still are). So at most every ``sweep_interval_s`` the policy
 unfreezes everything and the next full pass walks the whole heap once (``sweep_due``), which
 frees such cycles; that one pause is as long as a full pass without the policy, but it comes once
 per interval instead of every time the heap grows by a quarter.

@@ -81,7 +81,7 @@ class BatchOps(ReadyOps):
         done = completed_key(bkey)
         seen_done = (done, self._results.generation(done))
         self._seen_result.set((bkey, self._results.generation(bkey)))
-        h = await self._call(lambda: self._r.hgetall(self.keys.batch(task, batch_id)))
+        h = await self._call(lambda: self._r.hgetall(bkey))
         if not h:
             return None
         batch = self._batch_from_hash(h)

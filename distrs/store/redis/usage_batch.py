@@ -1,9 +1,10 @@
 """Usage counter updates of submissions and finished requests, merged over one event-loop tick
 (cluster mode: standalone, the transition scripts move the counters themselves, ``usage.py``).
 
-In cluster mode every final result moves its tenant's usage counters (``usage.py``): five commands, packed by
-redis-py in Python and sent as a pipeline of their own, cost a completion more CPU than its Lua
-script (and a submission's two, a single submission a good part of its CPU). Under load many completions land in the same tick (one per worker call), mostly of the
+In cluster mode every final result moves its tenant's usage counters (``usage.py``): five
+commands, packed by redis-py in Python and sent as a pipeline of their own, cost a completion
+more CPU than its Lua script (and a submission's two, a single submission a good part of its
+CPU). Under load many completions land in the same tick (one per worker call), mostly of the
 same few batches, so their deltas are summed per batch and per tenant and sent as one pipeline
 after the tick, as ``scripts.ScriptBatcher`` does for script calls. Each caller still returns only
 once its update has been sent (a quota check right after a completion sees it), and the update is
