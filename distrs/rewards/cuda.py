@@ -23,13 +23,15 @@ timing on a MIG slice is per slice, timing on a time-sliced GPU is unfit to rank
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import statistics
 
 from distrs.core.model import Status
-from distrs.rewards import judged_handler
+from distrs.rewards import cuda_toolkit, judged_handler
 from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.cuda_toolkit import Toolkit
 from distrs.rewards.gpu_env import timing_flags
 from distrs.rewards.judge import (
     JudgedPayload,
@@ -65,6 +67,12 @@ def speed_of(v: Verdict, p: JudgedPayload) -> tuple[float | None, float | None]:
     return t, p.reference_time_s / t
 
 
+@functools.cache
+def _toolkit(nvcc: str, home: str, env_home: str, path: str) -> Toolkit | None:
+    """Resolved once per setting and environment (the worker's image does not change under it)."""
+    return cuda_toolkit.resolve(nvcc, home, {"CUDA_HOME": env_home, "PATH": path})
+
+
 def gpu_devices(dev: str = "/dev") -> list[str]:
     """The NVIDIA GPU device nodes visible to this worker (``/dev/nvidia0`` ...)."""
     return sorted(p for p in glob.glob(os.path.join(dev, "nvidia[0-9]*")) if p[len(dev) + 7 :].isdigit())
@@ -78,12 +86,35 @@ def gpu_mounts(dev: str = "/dev") -> Mounts:
 
 
 class CompileHandler(judged_handler.CompileHandler):
-    """nvcc → artifact ``binary``; compile errors end the request ``compile_error``."""
+    """nvcc → artifact ``binary``; compile errors end the request ``compile_error``.
+
+    nvcc is resolved once, on the worker (``cuda_toolkit.py``), and run by absolute path."""
 
     source = "main.cu"
 
+    def toolkit(self) -> Toolkit | None:
+        s = self._settings
+        return _toolkit(s.nvcc, s.cuda_home, os.environ.get("CUDA_HOME", ""), os.environ.get("PATH", ""))
+
+    def ready(self) -> tuple[bool, str]:
+        if self.toolkit() is None:
+            return False, cuda_toolkit.missing(self._settings.nvcc, self._settings.cuda_home)
+        return super().ready()
+
+    def run(self, inp: StageInput) -> StageOutput:
+        if self.toolkit() is None:  # never leased while not ready; if it was, not the model's fault
+            why = cuda_toolkit.missing(self._settings.nvcc, self._settings.cuda_home)
+            return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=why)
+        return super().run(inp)
+
     def compiler(self) -> list[str]:
-        return [self._settings.nvcc, *self._settings.nvcc_flags]
+        tk = self.toolkit()
+        return [tk.nvcc if tk is not None else self._settings.nvcc, *self._settings.nvcc_flags]
+
+    def tool_mounts(self) -> Mounts | None:
+        tk = self.toolkit()
+        paths = cuda_toolkit.jail_ro_paths(tk) if tk is not None else ()
+        return Mounts(ro_paths=paths) if paths else None
 
     def memory_mb(self) -> int:
         return max(self._settings.compile_memory_mb, 8192)

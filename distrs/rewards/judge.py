@@ -70,7 +70,13 @@ class JudgeSettings(BaseSettings):
         description="Precompiled headers made at image build (python -m distrs.rewards.cxx_pch DIR), "
         "looked up first.",
     )
-    nvcc: str = Field(default="nvcc", description="CUDA compiler.")
+    nvcc: str = Field(
+        default="nvcc",
+        description="CUDA compiler: an absolute path, or a name looked up in the bin of "
+        "DISTRS_JUDGE_CUDA_HOME, $CUDA_HOME and /usr/local/cuda, then on the worker's PATH; the "
+        "jail runs what is found by absolute path (distrs/rewards/cuda_toolkit.py).",
+    )
+    cuda_home: str = Field(default="", description="CUDA toolkit to find nvcc in first; empty = $CUDA_HOME.")
     nvcc_flags: list[str] = Field(
         default_factory=lambda: [
             "-O2",

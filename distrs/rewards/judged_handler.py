@@ -43,7 +43,7 @@ from distrs.rewards.judge import (
     stage_budget,
     write_inputs,
 )
-from distrs.sandbox import Sandbox
+from distrs.sandbox import Mounts, Sandbox, merge_mounts
 from distrs.sandbox import readiness as sandbox_readiness
 from distrs.sandbox.base import default_env
 
@@ -128,6 +128,10 @@ class CompileHandler(JudgedHandler):
         """The precompiled header this compile may use (include flags and their bind), if any."""
         return None
 
+    def tool_mounts(self) -> Mounts | None:
+        """Host paths the compiler needs in the jail beyond its ``/usr`` (a toolkit elsewhere)."""
+        return None
+
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         timeout = min(self._settings.compile_time_s, p.compile_time_limit_s or math.inf, stage_budget(inp))
         argv = [*self.compiler(), "-o", BINARY, self.source]
@@ -155,7 +159,7 @@ class CompileHandler(JudgedHandler):
                 timeout_s=timeout,
                 memory_mb=self.memory_mb(),
                 env=self.env(),
-                mounts=pch.mounts if pch else None,
+                mounts=merge_mounts(pch.mounts if pch else None, self.tool_mounts()),
             )
         if failed is not None:
             if failed.status is Status.COMPILE_ERROR:

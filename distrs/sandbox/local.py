@@ -164,17 +164,23 @@ class LocalSession:
         limits: Limits,
         env: Mapping[str, str] | None = None,
         mounts: Mounts | None = None,
+        fds: tuple[int, ...] = (),
     ) -> LocalHelper:
         """A long-lived jailed helper (as ``spawn``) in the run's cgroup, where there is one, and
-        the init of its jail's PID namespace (see ``Session.start``)."""
+        the init of its jail's PID namespace (see ``Session.start``); ``fds`` are inherited."""
         sandbox = self._sandbox
         cgroup = sandbox.run_cgroup(self._uid, limits)
         try:
             trampoline = cgroup.trampoline() if cgroup is not None else []
             jail = sandbox.command(self, argv, limits, env, mounts, trampoline, as_pid_1=True)
-            with jail as (cmd, cwd, popen_env, fds):
+            with jail as (cmd, cwd, popen_env, jail_fds):
                 proc = _start(
-                    cmd, cwd, popen_env, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=fds
+                    cmd,
+                    cwd,
+                    popen_env,
+                    stdin=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    pass_fds=(*jail_fds, *fds),
                 )
         except BaseException:
             if cgroup is not None and self._uid is None:

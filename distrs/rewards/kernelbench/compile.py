@@ -96,7 +96,7 @@ class CompileHandler(KernelHandler):
         self._pch: PchStore | None = None
 
     def ready(self) -> tuple[bool, str]:
-        ok, why = self.toolchain_ready()
+        ok, why = self.toolchain_ready(nvcc=True)
         return (ok, why) if not ok else self.sandbox_ready()
 
     def _toolchain(self) -> str:

@@ -5,24 +5,36 @@ the *reference* (``Model``) and the *candidate* (``ModelNew``, loading the modul
 stage shipped; nothing is compiled here). No CUDA context, stream, allocation or seed survives
 a request, and the candidate never shares a process with the reference: it cannot read the
 reference's freed output, change its inputs, or see the seeds before its inputs are made. The
-host (this module) holds the verdict: it draws every seed (``secrets``), compares the outputs
-itself (``compare.py``, numpy) and times calls on its own clock (``timing.py``).
+host (this module) holds the verdict: it draws every seed (``secrets``), plans the comparison
+and adds up what the reference's process reports (``compare.py``), and times calls on its own
+clock (``timing.py``).
 
-1. Correctness: ``num_correct_trials`` trials, each with a fresh secret seed; the reference and
-   the candidate make their inputs from it with the problem's ``get_inputs()``; outputs must be
+Outputs never leave the device whole. The reference's process compares the candidate's outputs
+with its own, chunk by chunk, on its device: the candidate copies each chunk into a sealed
+shared window the host made (``window.py``), which the reference reads and never writes
+(``tensors.py``). So a 6 GiB output costs two copies through page-locked memory per trial, and
+the candidate still never sees anything of the reference's. Inputs are made on the device from
+the secret seed where the problem allows (``get_inputs()`` under the device as default device).
+
+1. Correctness: ``num_correct_trials`` trials, each with a fresh secret seed; outputs must be
    plain tensors on the device, not aliasing inputs, of the reference's shapes, and allclose.
-   The candidate's extension must have been called (its calls are counted).
+   The candidate's extension must have been called (its calls are counted). After the first
+   reference trial the host checks that the candidate can get what the reference needed
+   (``memory_plan.py``); a problem too large for the worker is ``internal_error``.
 2. Timing (``measure_performance``): 3 warm-up calls each, then ``num_perf_trials`` + 1 timed
    calls (the first dropped), alternating reference and candidate with the same fresh seed per
-   call, the L2 flushed before each (cuda), a device-wide sync and a digest of the outputs inside
-   the timed window. Every candidate digest must agree with the reference's for that seed, and
-   ``spot_checks`` random calls are re-read in full and compared. Extra threads are a hack.
+   call, inputs made anew on the device before each, the L2 flushed (cuda), a device-wide sync
+   and a digest of the outputs inside the timed window. Every candidate digest must agree with
+   the reference's for that seed, and ``spot_checks`` random calls are compared in full (and
+   their reported digests recomputed by the reference). Extra threads are a hack.
 3. A last correctness trial after timing (results cached across calls fail it); on a GPU, the
-   profiler must show a kernel of the candidate's own sources.
+   profiler must show a kernel of the candidate's own sources where it saw any kernel at all.
 
 Faults: the candidate's exceptions, crashes, illegal memory accesses and overruns are its own
-(``runtime_error``, ``timeout``, ``wrong_answer``); anything the reference or the harness does
-wrong is ``internal_error``, never a score.
+(``runtime_error``, ``timeout``, ``wrong_answer``); anything the reference, the profiler, the
+window, the memory plan or the harness does wrong is ``internal_error`` or a flag, never a score.
+A candidate step cut short by the stage's budget rather than its own limit is the candidate's
+only when the candidate, not the reference, spent most of the budget.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 import os
 import secrets
 import threading
@@ -38,7 +51,7 @@ import time
 from collections import OrderedDict
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
@@ -46,21 +59,34 @@ from distrs.rewards.cuda import gpu_devices, gpu_mounts
 from distrs.rewards.gpu_env import timing_flags
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.judge import InvalidPayload, MiB, stage_budget
-from distrs.rewards.kernelbench.compare import BadTensors, compare, decode, digest, digest_matches
+from distrs.rewards.kernelbench.compare import (
+    BadTensors,
+    Chunk,
+    OutputMeta,
+    Tally,
+    check_meta,
+    digest_matches,
+    parse_meta,
+    plan_chunks,
+)
 from distrs.rewards.kernelbench.compile import MODULES, child_files
 from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
 from distrs.rewards.kernelbench.handler_base import KernelHandler
 from distrs.rewards.kernelbench.jailed import ChildGone, ChildTimeout, JailedChild
+from distrs.rewards.kernelbench.memory_plan import gib, misfit
 from distrs.rewards.kernelbench.payload import KernelPayload, parse_payload
+from distrs.rewards.kernelbench.proof import kernel_ran
 from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.rewards.kernelbench.timing import Call, charge, digest_agrees, stats
 from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts
+from distrs.rewards.kernelbench.window import OutputWindow
 from distrs.sandbox import Limits, MemoryKind, Sandbox
 
 WARMUP = 3
 DIGEST_PRIME = 2_147_483_629  # weights ((i*a + b) mod p) / p; a, b drawn per call
-MAX_OUTPUT_BYTES = 1024 * MiB
 REF_CACHE_ITEMS = 1024
+CAND_SLACK = 10.0  # a candidate step may take this many times the reference's same step
+CHILD_FILES = ("run_child.py", "callkey.py", "tensors.py")
 
 
 class CandidateFault(Exception):
@@ -75,6 +101,16 @@ class CandidateFault(Exception):
 
 class HarnessFault(Exception):
     """The reference or the harness failed: ``internal_error``."""
+
+
+class Child(Protocol):
+    """A judging process as the judge drives it (``jailed.JailedChild``)."""
+
+    def send(self, cmd: dict[str, Any]) -> None: ...
+
+    def recv(self, deadline: float) -> tuple[dict[str, Any], bytes]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -112,6 +148,10 @@ def _json_list(inp: StageInput, name: str) -> list[Any]:
 def _weights() -> tuple[int, int]:
     """(a, b) of a timed call's digest weights, drawn by the host."""
     return secrets.randbelow(DIGEST_PRIME - 1) + 1, secrets.randbelow(DIGEST_PRIME)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 class RefTimes:
@@ -172,13 +212,50 @@ class ExecuteHandler(KernelHandler):
         ok, why = self.ready()
         if not ok:
             return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=why)
+        return self.judge(inp, p)
+
+    def judge(self, inp: StageInput, p: KernelPayload) -> StageOutput:
+        """Judge a valid payload on a ready worker: every fault mapped to whose it is."""
         report = Report(flags=_json_list(inp, "flags"))
         try:
             return Judge(self, inp, p, report).run()
         except HarnessFault as e:
-            return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=str(e), compiled=True)
+            return StageOutput.final(
+                Status.INTERNAL_ERROR, 0.0, error=str(e), compiled=True, flags=report.flags
+            )
         except CandidateFault as e:
             return self.verdict_of_fault(p, report, e)
+
+    def start_child(
+        self, stack: ExitStack, files: dict[str, bytes], device: str, fds: tuple[int, ...]
+    ) -> Child:
+        """One judging process in a fresh jailed session holding ``files``."""
+        s = self._settings
+        exe, _ = interpreter(s.python)
+        session = stack.enter_context(self.sandbox.session(disk_bytes=256 * MiB))
+        for name, data in files.items():
+            session.write_file(name, data)
+        extra = gpu_mounts(self._dev) if device == "cuda" else None
+        limits = Limits(
+            wall_s=3600.0,
+            cpu_s=3600.0,
+            memory_bytes=s.execute_memory_mb * MiB,
+            memory_kind=MemoryKind.DATA,
+            nproc=512,
+            fsize_bytes=64 * MiB,
+            nofile=1024,
+            tmpfs_bytes=256 * MiB,
+        )
+        helper = session.start(
+            [exe, "-I", "-B", "run_child.py"],
+            limits=limits,
+            env=jail_env(s, build=False),
+            mounts=jail_mounts(s, extra),
+            fds=fds,
+        )
+        child = JailedChild(helper, 0)
+        stack.callback(child.close)
+        return child
 
     def verdict_of_fault(self, p: KernelPayload, report: Report, e: CandidateFault) -> StageOutput:
         value = score(p.reward, Outcome(Stage.INCORRECT), p.speedup_cap)
@@ -221,83 +298,121 @@ class Judge:
         self.p = p
         self.report = report
         self.deadline = time.monotonic() + stage_budget(inp)
+        self.spent = {"ref": 0.0, "cand": 0.0}  # seconds each side took to answer
+        self.ref_took: dict[str, float] = {}  # the reference's last reply time per command
+        self.inputs_where = "auto"
+        self.ref_meta: list[OutputMeta] = []
+        self.ref_peak = 0
 
-    # -- processes ---------------------------------------------------------------------------
+    # -- the two processes -----------------------------------------------------------------
 
-    def _left(self, cap: float) -> float:
-        return max(0.05, min(cap, self.deadline - time.monotonic()))
+    def _allowance(self, cap: float) -> tuple[float, bool]:
+        """(seconds for one reply, whether the stage's budget rather than ``cap`` sets it)."""
+        left = self.deadline - time.monotonic()
+        return (max(0.05, min(cap, left)), left < cap)
 
-    def _start(self, stack: ExitStack, files: dict[str, bytes]) -> JailedChild:
-        exe, _ = interpreter(self.s.python)
-        session = stack.enter_context(self.h.sandbox.session(disk_bytes=256 * MiB))
-        for name, data in files.items():
-            session.write_file(name, data)
-        extra = gpu_mounts(self.h._dev) if self.p.device == "cuda" else None
-        limits = Limits(
-            wall_s=3600.0,
-            cpu_s=3600.0,
-            memory_bytes=self.s.execute_memory_mb * MiB,
-            memory_kind=MemoryKind.DATA,
-            nproc=512,
-            fsize_bytes=64 * MiB,
-            nofile=1024,
-            tmpfs_bytes=256 * MiB,
-        )
-        helper = session.start(
-            [exe, "-I", "-B", "run_child.py"],
-            limits=limits,
-            env=jail_env(self.s, build=False),
-            mounts=jail_mounts(self.s, extra),
-        )
-        child = JailedChild(helper, MAX_OUTPUT_BYTES)
-        stack.callback(child.close)
-        return child
+    def _cap(self, who: str, what: str, cap: float | None) -> float:
+        """A reply's own limit: the reference's only the stage's budget (its slowness is the
+        problem's, not the candidate's); the candidate's ``trial_time_s``, or ten times what
+        the reference took for the same step where that is longer (a large problem on a slow
+        device takes long for both)."""
+        if cap is not None:
+            return cap
+        if who == "ref":
+            return math.inf
+        return max(self.s.trial_time_s, CAND_SLACK * self.ref_took.get(what.split()[0], 0.0))
 
-    def _ref(self, cmd: dict[str, Any], cap: float | None = None) -> tuple[dict[str, Any], bytes]:
+    def _reply(self, who: str, child: Child, what: str, cap: float | None) -> dict[str, Any]:
+        allowance, by_budget = self._allowance(self._cap(who, what, cap))
+        t0 = time.monotonic()
         try:
-            reply, blob = self.ref.ask(cmd, self._left(cap or self.s.trial_time_s))
-        except (ChildGone, ChildTimeout) as e:
-            raise HarnessFault(
-                f"the reference process failed at {cmd['cmd']}: {type(e).__name__} {e}"
-            ) from None
-        if not reply["ok"]:
-            raise HarnessFault(f"the reference failed at {cmd['cmd']}: {str(reply.get('error'))[-2000:]}")
-        return reply, blob
-
-    def _cand(self, cmd: dict[str, Any], cap: float | None = None) -> tuple[dict[str, Any], bytes]:
-        try:
-            reply, blob = self.cand.ask(cmd, self._left(cap or self.s.trial_time_s))
+            reply, _ = child.recv(t0 + allowance)
         except ChildTimeout:
-            raise CandidateFault(
-                Status.TIMEOUT, f"the candidate did not answer {cmd['cmd']} in time"
-            ) from None
+            self.spent[who] += time.monotonic() - t0
+            if who == "ref":
+                raise HarnessFault(f"the reference process did not answer {what} in time") from None
+            if by_budget and self.spent["cand"] <= self.spent["ref"]:
+                raise HarnessFault(
+                    f"the stage's time budget ran out at the candidate's {what}: the reference took "
+                    f"{self.spent['ref']:.1f} s of it, the candidate {self.spent['cand']:.1f} s"
+                ) from None
+            raise CandidateFault(Status.TIMEOUT, f"the candidate did not answer {what} in time") from None
         except ChildGone as e:
+            if who == "ref":
+                raise HarnessFault(f"the reference process failed at {what}: {e}") from None
             raise CandidateFault(
                 Status.RUNTIME_ERROR, f"the candidate's process ended or broke the protocol: {e}"
             ) from None
+        took = time.monotonic() - t0
+        self.spent[who] += took
+        if who == "ref":
+            self.ref_took[what.split()[0]] = took
+        return reply
+
+    def _send(self, who: str, cmd: dict[str, Any]) -> None:
+        child = self.ref if who == "ref" else self.cand
+        try:
+            child.send(cmd)
+        except ChildGone as e:
+            if who == "ref":
+                raise HarnessFault(f"the reference process failed at {cmd['cmd']}: {e}") from None
+            raise CandidateFault(
+                Status.RUNTIME_ERROR, f"the candidate's process ended or broke the protocol: {e}"
+            ) from None
+
+    def _ref_reply(self, what: str, cap: float | None = None) -> dict[str, Any]:
+        reply = self._reply("ref", self.ref, what, cap)
+        if not reply["ok"]:
+            error = str(reply.get("error"))[-2000:]
+            if reply.get("kind") == "memory":
+                raise HarnessFault(
+                    f"the reference ran out of memory at {what}: the problem is too large for this worker: {error}"
+                )
+            raise HarnessFault(f"the reference failed at {what}: {error}")
+        return reply
+
+    def _cand_reply(self, what: str, cap: float | None = None) -> dict[str, Any]:
+        reply = self._reply("cand", self.cand, what, cap)
         if not reply["ok"]:
             kind = str(reply.get("kind"))
             error = str(reply.get("error"))[-4000:]
             if kind == "bad_output":
                 raise CandidateFault(Status.WRONG_ANSWER, error, hack="bad_output")
+            if kind == "memory":
+                raise CandidateFault(
+                    Status.RUNTIME_ERROR,
+                    f"out of memory: the candidate needed more than the reference's {gib(self.ref_peak)}, "
+                    f"with as much again free for it: {error}",
+                    out_of_memory=True,
+                )
             extra = {"cuda_error": True} if kind == "cuda" else {}
             raise CandidateFault(Status.RUNTIME_ERROR, error, **extra)
-        return reply, blob
+        return reply
+
+    def _ref(self, cmd: dict[str, Any], cap: float | None = None) -> dict[str, Any]:
+        self._send("ref", cmd)
+        return self._ref_reply(cmd["cmd"], cap)
+
+    def _cand(self, cmd: dict[str, Any], cap: float | None = None) -> dict[str, Any]:
+        self._send("cand", cmd)
+        return self._cand_reply(cmd["cmd"], cap)
 
     # -- the request -------------------------------------------------------------------------
 
     def run(self) -> StageOutput:
         modules = _modules(self.inp)
-        common = {
-            **child_files("run_child.py", "callkey.py"),
-            "reference.py": self.p.original_model_src.encode(),
-        }
+        common = {**child_files(*CHILD_FILES), "reference.py": self.p.original_model_src.encode()}
         cand_files = {**common, "candidate.py": (self.p.custom_model_src or "").encode()}
         cand_files.update({m["file"]: m["data"] for m in modules})
         shipped = [{k: m[k] for k in ("key", "module", "file")} for m in modules]
         with ExitStack() as stack:
-            self.ref = self._start(stack, common)
-            self.cand = self._start(stack, cand_files)
+            try:
+                self.window = OutputWindow.create(self.s.window_slot_mb * MiB)
+            except OSError as e:
+                raise HarnessFault(f"cannot create the output window: {e}") from None
+            stack.callback(self.window.close)
+            self.ref = self.h.start_child(stack, common, self.p.device, (self.window.ro_fd,))
+            self.cand = self.h.start_child(stack, cand_files, self.p.device, (self.window.rw_fd,))
             seed = secrets.randbits(31)
             init = {
                 "cmd": "init",
@@ -306,54 +421,79 @@ class Judge:
                 "seed": seed,
                 "threads": self.s.threads,
             }
+            window = {"size": self.window.size, "slot_bytes": self.window.slot_bytes}
             # both import torch and build their models at once
-            self.ref.send({**init, "role": "reference"})
-            self.cand.send({**init, "role": "candidate", "modules": shipped})
-            started = self._left(self.s.startup_time_s)
-            try:
-                ref_init, _ = self.ref.recv(time.monotonic() + started)
-            except (ChildGone, ChildTimeout) as e:
-                raise HarnessFault(f"the reference process did not start: {type(e).__name__} {e}") from None
-            if not ref_init["ok"]:
-                raise HarnessFault(f"the reference failed to build: {str(ref_init.get('error'))[-2000:]}")
+            self._send("ref", {**init, "role": "reference", "window": {**window, "fd": self.window.ro_fd}})
+            self._send(
+                "cand",
+                {
+                    **init,
+                    "role": "candidate",
+                    "modules": shipped,
+                    "window": {**window, "fd": self.window.rw_fd},
+                },
+            )
+            ref_init = self._ref_reply("init (building the reference)", self.s.startup_time_s)
             self.report.versions = dict(ref_init.get("versions") or {})
-            try:
-                cand_init, _ = self.cand.recv(time.monotonic() + self._left(self.s.startup_time_s))
-            except ChildTimeout:
-                raise CandidateFault(Status.TIMEOUT, "the candidate did not load in time") from None
-            except ChildGone as e:
-                raise CandidateFault(
-                    Status.RUNTIME_ERROR, f"the candidate's process ended while loading: {e}"
-                ) from None
-            if not cand_init["ok"]:
-                raise CandidateFault(Status.RUNTIME_ERROR, str(cand_init.get("error"))[-4000:])
+            self._cand_reply("init (loading the candidate)", self.s.startup_time_s)
             for _ in range(self.p.num_correct_trials):
                 self.correctness_trial()
             timing = self.time_both() if self.p.measure_performance else None
             self.correctness_trial(after_timing=True)
             if self.p.device == "cuda":
-                self.check_profile()
+                self.check_kernel_ran()
             return self.result(timing)
+
+    def plan_memory(self, ref_reply: dict[str, Any]) -> None:
+        """After the reference's first trial: the candidate can get what the reference needed."""
+        peak = ref_reply.get("peak_bytes")
+        if not isinstance(peak, int) or isinstance(peak, bool) or peak < 0:
+            raise HarnessFault("the reference did not report its memory peak")
+        self.ref_peak = peak
+        mem = self._ref({"cmd": "memory"})
+        free, total = mem.get("free"), mem.get("total")
+        if not isinstance(free, int) or not isinstance(total, int):
+            raise HarnessFault("the reference did not report the device's memory")
+        why = misfit(self.p.device, peak, free, total, self.window.slot_bytes)
+        if why is not None:
+            raise HarnessFault(why)
+
+    def _ref_outputs(self, reply: dict[str, Any]) -> list[OutputMeta]:
+        try:
+            return parse_meta(reply.get("tensors"))
+        except BadTensors as e:
+            raise HarnessFault(f"the reference's outputs: {e}") from None
+
+    def _cand_outputs(self, reply: dict[str, Any], when: str = "") -> list[OutputMeta]:
+        try:
+            meta = parse_meta(reply.get("tensors"))
+        except BadTensors as e:
+            raise CandidateFault(Status.WRONG_ANSWER, f"{when}the candidate's outputs: {e}") from None
+        issue = check_meta(self.ref_meta, meta)
+        if issue is not None:
+            raise CandidateFault(Status.WRONG_ANSWER, f"{when}output mismatch: {issue}")
+        return meta
 
     def correctness_trial(self, *, after_timing: bool = False) -> None:
         s = secrets.randbits(31)
-        ref_reply, ref_blob = self._ref({"cmd": "trial", "seed": s})
-        cand_reply, cand_blob = self._cand({"cmd": "trial", "seed": s})
-        try:
-            ref_out = decode(ref_reply.get("tensors"), ref_blob)
-        except BadTensors as e:
-            raise HarnessFault(f"the reference's outputs: {e}") from None
-        try:
-            cand_out = decode(cand_reply.get("tensors"), cand_blob)
-        except BadTensors as e:
-            raise CandidateFault(Status.WRONG_ANSWER, f"the candidate's outputs: {e}") from None
+        first = not self.ref_meta
+        ref_reply = self._ref({"cmd": "trial", "seed": s, "inputs": self.inputs_where})
+        self.ref_meta = self._ref_outputs(ref_reply)
+        if first:
+            where = ref_reply.get("inputs")
+            if where not in ("device", "host"):
+                raise HarnessFault(f"the reference made its inputs {where!r}")
+            self.inputs_where = str(where)
+            self.plan_memory(ref_reply)
+        cand_reply = self._cand({"cmd": "trial", "seed": s, "inputs": self.inputs_where})
         if not cand_reply.get("calls"):
             raise CandidateFault(
                 Status.WRONG_ANSWER,
                 "the custom kernel never ran: ModelNew.forward called nothing of the built extension",
                 hack="kernel_not_called",
             )
-        c = compare(ref_out, cand_out, self.p.atol, self.p.rtol)
+        cand_meta = self._cand_outputs(cand_reply)
+        c = self.compare_outputs(cand_meta).result()
         if not after_timing:
             self.report.max_difference.append(c.max_difference)
             self.report.avg_difference.append(c.avg_difference)
@@ -368,12 +508,45 @@ class Judge:
         if not after_timing:
             self.report.passed += 1
 
-    def _timed(self, which: str, seed: int, ab: tuple[int, int]) -> tuple[Call, dict[str, Any]]:
+    def compare_outputs(self, cand_meta: list[OutputMeta], ab: tuple[int, int] | None = None) -> Tally:
+        """The candidate's kept outputs against the reference's, chunk by chunk through the
+        window: the candidate fills one slot while the reference compares the other."""
+        chunks = plan_chunks(cand_meta, self.window.slot_bytes)
+        tally = Tally(cand_meta)
+        if not chunks:
+            return tally
+        extra: dict[str, Any] = {"atol": self.p.atol, "rtol": self.p.rtol}
+        if ab is not None:
+            extra.update(a=ab[0], b=ab[1], p=DIGEST_PRIME)
+        self._put(chunks[0], 0)
+        for j, ch in enumerate(chunks):
+            nxt = chunks[j + 1] if j + 1 < len(chunks) else None
+            if nxt is not None:
+                self._send("cand", {"cmd": "put", **nxt.command((j + 1) % 2)})
+            stats = self._ref({"cmd": "cmp", **ch.command(j % 2), "dtype": cand_meta[ch.out].dtype, **extra})
+            try:
+                tally.add(ch, stats)
+            except ValueError as e:
+                raise HarnessFault(f"the reference's comparison: {e}") from None
+            if nxt is not None:
+                self._put_reply(nxt)
+        return tally
+
+    def _put(self, ch: Chunk, slot: int) -> None:
+        self._send("cand", {"cmd": "put", **ch.command(slot)})
+        self._put_reply(ch)
+
+    def _put_reply(self, ch: Chunk) -> None:
+        reply = self._cand_reply("put (handing over its outputs)")
+        if not _number(reply.get("copied")) or (reply["copied"] <= 0 and ch.count > 0):
+            raise CandidateFault(Status.WRONG_ANSWER, "the candidate did not hand over its outputs")
+
+    def _timed(self, who: str, seed: int, ab: tuple[int, int]) -> tuple[Call, dict[str, Any]]:
         a, b = ab
-        ask = self._ref if which == "ref" else self._cand
-        ask({"cmd": "prep", "seed": seed, "a": a, "b": b, "p": DIGEST_PRIME})
+        ask = self._ref if who == "ref" else self._cand
+        ask({"cmd": "prep", "seed": seed, "a": a, "b": b, "p": DIGEST_PRIME, "inputs": self.inputs_where})
         t0 = time.perf_counter_ns()
-        reply, _ = ask({"cmd": "go"})
+        reply = ask({"cmd": "go"})
         outer = (time.perf_counter_ns() - t0) / 1e6
         inner = reply.get("inner_ms")
         inner_ms = float(inner) if isinstance(inner, (int, float)) and not isinstance(inner, bool) else -1.0
@@ -387,7 +560,7 @@ class Judge:
             s, ab = secrets.randbits(31), _weights()
             self._timed("ref", s, ab)
             self._timed("cand", s, ab)
-        threads_ref = self._ref({"cmd": "threads"})[0].get("threads")
+        threads_ref = self._ref({"cmd": "threads"}).get("threads")
         ref_calls: list[Call] = []
         cand_calls: list[Call] = []
         for k in range(n):
@@ -396,10 +569,12 @@ class Judge:
             cc, cr = self._timed("cand", s, ab)
             ref_calls.append(rc)
             cand_calls.append(cc)
+            self.ref_meta = self._ref_outputs(rr)
+            cand_meta = self._cand_outputs(cr, f"timed call {k}: ")
             self.check_digest(k, cr, rr)
             if k in spot:
-                self.spot_check(k, cr, ab)
-        threads_cand = self._cand({"cmd": "threads"})[0].get("threads")
+                self.spot_check(k, cr, cand_meta, ab)
+        threads_cand = self._cand({"cmd": "threads"}).get("threads")
         if isinstance(threads_ref, int) and isinstance(threads_cand, int) and threads_cand > threads_ref > 0:
             raise CandidateFault(
                 Status.WRONG_ANSWER,
@@ -424,7 +599,9 @@ class Judge:
             )
         cd, rd = cand.get("digest"), ref.get("digest")
         rs, rn = ref.get("scale"), ref.get("numel")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (cd, rd, rs, rn)):
+        if not all(_number(v) for v in (rd, rs, rn)):
+            raise HarnessFault(f"timed call {k}: the reference reported no valid digest")
+        if not _number(cd):
             raise CandidateFault(Status.WRONG_ANSWER, f"timed call {k}: no valid digest", hack="digest")
         if not digest_agrees(float(cd), float(rd), float(rs), int(rn), self.p.atol, self.p.rtol):  # type: ignore[arg-type]
             raise CandidateFault(
@@ -434,40 +611,48 @@ class Judge:
                 hack="timed_output_mismatch",
             )
 
-    def spot_check(self, k: int, timed: dict[str, Any], ab: tuple[int, int]) -> None:
-        """The full outputs of a timed call: its digest must be theirs, and they must match."""
-        ref_reply, ref_blob = self._ref({"cmd": "output"})
-        cand_reply, cand_blob = self._cand({"cmd": "output"})
-        try:
-            cand_out = decode(cand_reply.get("tensors"), cand_blob)
-            ref_out = decode(ref_reply.get("tensors"), ref_blob)
-        except BadTensors as e:
-            raise CandidateFault(Status.WRONG_ANSWER, f"timed call {k}: outputs unreadable: {e}") from None
-        if not digest_matches(digest(cand_out, ab[0], ab[1], DIGEST_PRIME), timed.get("digest"), cand_out):
-            raise CandidateFault(
-                Status.WRONG_ANSWER,
-                f"timed call {k}: the digest it reported is not the digest of its outputs",
-                hack="forged_digest",
-            )
-        c = compare(ref_out, cand_out, self.p.atol, self.p.rtol)
+    def spot_check(
+        self, k: int, timed: dict[str, Any], cand_meta: list[OutputMeta], ab: tuple[int, int]
+    ) -> None:
+        """A timed call's full outputs: they must match, and its digest must be theirs."""
+        when = f"timed call {k}: "
+        tally = self.compare_outputs(cand_meta, ab)
+        c = tally.result()
         if not c.ok:
             raise CandidateFault(
-                Status.WRONG_ANSWER,
-                f"timed call {k}: output mismatch: {c.issue}",
-                hack="timed_output_mismatch",
+                Status.WRONG_ANSWER, f"{when}output mismatch: {c.issue}", hack="timed_output_mismatch"
             )
-
-    def check_profile(self) -> None:
-        names = _json_list(self.inp, "kernel_names")
-        reply, _ = self._cand({"cmd": "profile"}, cap=60.0)
-        launched = [str(n) for n in reply.get("kernels") or []]
-        if names and not any(any(k in n for n in launched) for k in names):
+        if not digest_matches(tally.digest, timed.get("digest"), tally.scale):
             raise CandidateFault(
                 Status.WRONG_ANSWER,
-                f"none of the candidate's kernels ({', '.join(names[:5])}) ran in a profiled call",
-                hack="kernel_not_in_profile",
-                kernels_launched=launched[:20],
+                f"{when}the digest it reported is not the digest of its outputs",
+                hack="forged_digest",
             )
+
+    def check_kernel_ran(self) -> None:
+        """One profiled forward of the candidate (``proof.py``): a verdict only where the
+        profiler saw kernels and none was the candidate's; a profiler that fails or sees
+        nothing is the service's tool failing, flagged."""
+        names = [str(n) for n in _json_list(self.inp, "kernel_names")]
+        self._send("cand", {"cmd": "profile"})
+        reply = self._reply("cand", self.cand, "profile", 60.0)
+        if not reply["ok"] and reply.get("kind") != "profiler":
+            self._cand_fault_of(reply)
+        verdict = kernel_ran(names, reply)
+        if verdict.flag is not None:
+            self.report.flags.append(verdict.flag)
+        if verdict.decoy is not None:
+            raise CandidateFault(
+                Status.WRONG_ANSWER,
+                verdict.decoy,
+                hack="kernel_not_in_profile",
+                kernels_launched=verdict.launched[:20],
+            )
+
+    def _cand_fault_of(self, reply: dict[str, Any]) -> None:
+        kind = str(reply.get("kind"))
+        extra = {"cuda_error": True} if kind == "cuda" else {}
+        raise CandidateFault(Status.RUNTIME_ERROR, str(reply.get("error"))[-4000:], **extra)
 
     def ref_key(self) -> str:
         v = self.report.versions
@@ -493,6 +678,8 @@ class Judge:
             "atol": p.atol,
             "rtol": p.rtol,
             "precision": p.precision,
+            "inputs_made_on": self.inputs_where,
+            "reference_peak_bytes": self.ref_peak,
         }
         detail: dict[str, Any] = {"compiled": True, "correctness": True, "runtime": -1.0, "ref_runtime": -1.0}
         speedup = None

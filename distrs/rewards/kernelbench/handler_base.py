@@ -19,9 +19,10 @@ class KernelHandler:
         """The sandbox given at construction, else the worker's shared one."""
         return self._sandbox or shared_sandbox()
 
-    def toolchain_ready(self) -> tuple[bool, str]:
-        """torch and ninja import in the configured interpreter (the ``kernels`` extra)."""
-        return readiness(self._settings)
+    def toolchain_ready(self, *, nvcc: bool = False) -> tuple[bool, str]:
+        """torch and ninja import in the configured interpreter (the ``kernels`` extra); with
+        ``nvcc`` (the compile stage of a GPU pool) the CUDA compiler is found too."""
+        return readiness(self._settings, nvcc=nvcc)
 
     def sandbox_ready(self) -> tuple[bool, str]:
         return (True, "") if self._sandbox is not None else sandbox_readiness()

@@ -5,36 +5,48 @@ jail: the *reference* (``Model`` of ``reference.py``) and the *candidate* (``Mod
 ``candidate.py``, whose ``load_inline`` calls load the modules the compile stage shipped instead
 of building: a call the compile stage did not build fails). The candidate never shares a
 process, a memory space or a seed with the reference, so it cannot read the reference's freed
-output, change the reference's inputs or learn the seeds ahead of time; the host compares the
-outputs itself (``harness.py``).
+output, change the reference's inputs or learn the seeds ahead of time.
 
-Protocol: one JSON command per line on stdin; each reply is one JSON line on stdout, followed by
-``nbytes`` raw bytes where the reply says so (tensor data, C order). Commands::
+Outputs stay on the device. The reference's process compares them (``tensors.py``): the
+candidate copies its outputs, one chunk at a time, into the output window (a sealed memory file
+the host created, ``window.py``; the candidate's descriptor is writable, the reference's
+read-only), and the reference compares each chunk with its own, on its own device. Inputs are
+made from the host's secret seed by the problem's ``get_inputs()`` on the device itself where it
+allows (``torch.device`` as the default device), else on the CPU and moved.
 
-    init  {role, device, precision, seed, threads, modules?}   build the model (seeded)
-    trial {seed}               inputs from get_inputs() under the seed; forward; reply the outputs
-    prep  {seed, a, b, p}      inputs for a timed call; digest weights; flush the L2 (cuda); sync
-    go                         the timed call: forward, then the digest of its outputs, then sync
-    output                     the outputs of the last timed call
-    profile                    (cuda) the names of the GPU kernels one forward launched
-    threads                    this process's thread count
+Protocol: one JSON command per line on stdin; each reply is one JSON line on stdout::
 
-The digest ``sum(out[i] * w[i])`` with ``w[i] = ((i*a + b) % p) / p`` (float64, over every
-output element in order; with ``sum(|out[i]| * w[i])`` as its scale)
-is computed after the call and before the reply: the host's clock stops only once the outputs
-exist, whatever the model did with streams, threads or events. The candidate runs in this
-process and could write to stdout itself; the host trusts nothing here beyond what it can check
-(output values against the reference, digests against outputs, its own clock).
+    init    {role, device, precision, seed, threads, window: {fd, size, slot_bytes}, modules?}
+    trial   {seed, inputs}   inputs from get_inputs() under the seed ("auto": on the device if
+                              it allows, the reply says where); forward; the outputs are kept
+    put     {out, start, count, slot}           (candidate) a chunk of its kept output i
+    cmp     {out, start, count, slot, dtype, atol, rtol, a?, b?, p?}
+                                                (reference) that chunk against its own; with
+                                                a, b, p also the chunk's digest and scale
+    prep    {seed, inputs, a, b, p}   inputs for a timed call; digest weights; flush the L2; sync
+    go                                the timed call: forward, its digest, a device-wide sync
+    release                           drop inputs and outputs, return cached device memory
+    memory                            free and total device memory (or host memory on the CPU)
+    profile                           (cuda) names of the GPU kernels one forward launched
+    threads                           this process's thread count
+
+The digest is computed after the call and before the reply: the host's clock stops only once
+the outputs exist, whatever the model did with streams, threads or events. The candidate runs
+in this process and could write to stdout itself; the host trusts nothing of the candidate's
+process beyond what it can check (its outputs, compared by the reference; digests against
+outputs; its own clock).
 
 This file imports nothing of ``distrs``: it runs where only torch is importable.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import json
 import os
+import resource
 import sys
 import time
 import traceback
@@ -44,10 +56,8 @@ L2_FLUSH_BYTES = 256 << 20
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
-def send(obj: dict, blob: bytes = b"") -> None:  # type: ignore[type-arg]
-    if blob:
-        obj = {**obj, "nbytes": len(blob)}
-    data = json.dumps(obj).encode() + b"\n" + blob
+def send(obj: dict) -> None:  # type: ignore[type-arg]
+    data = json.dumps(obj).encode() + b"\n"
     view = memoryview(data)
     while view:
         n = os.write(ORIG_STDOUT, view)
@@ -118,10 +128,19 @@ class Runner:
         import torch
 
         self.torch = torch
+        self.t = load_module("_kb_tensors", "tensors.py")
         self.role = cmd["role"]
-        self.device = torch.device(cmd["device"])
+        self.device = self.t.resolve_device(cmd["device"])
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
         self.dtype = getattr(torch, DTYPES[cmd["precision"]])
         torch.set_num_threads(int(cmd.get("threads", 1)))
+        w = cmd["window"]
+        self.window = self.t.Window(
+            int(w["fd"]), int(w["size"]), int(w["slot_bytes"]), writable=self.role == "candidate"
+        )
+        if self.device.type == "cuda":
+            self.window.pin(read_only=self.role != "candidate")
         if self.role == "candidate":
             install_replay(cmd.get("modules", []))
         ref = load_module("reference", "reference.py")
@@ -133,7 +152,7 @@ class Runner:
         self._seed(seed)
         self.model = cls(*init_inputs).to(device=self.device, dtype=self.dtype)
         self.inputs: list = []  # type: ignore[type-arg]
-        self.last: list = []  # type: ignore[type-arg]
+        self.last: list = []  # type: ignore[type-arg]  # the kept outputs, flattened
         self.numel = 0
         self.digest_args = (1, 0, 1)
         self.flush = (
@@ -158,14 +177,36 @@ class Runner:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
-    def make_inputs(self, seed: int) -> None:
+    def release(self) -> None:
+        self.inputs, self.last = [], []
+        if self.device.type == "cuda":
+            self.torch.cuda.empty_cache()
+
+    def release_and_reply(self) -> None:
+        self.release()
+        send({"ok": True})
+
+    def make_inputs(self, seed: int, where: str) -> str:
+        """Inputs from the seed: on the device (``where`` "device", or "auto" where it works),
+        else on the CPU and moved. Returns where they were made."""
+        self.release()
+        if where in ("auto", "device") and self.device.type != "cpu":
+            self._seed(seed)
+            try:
+                with self.device:
+                    self.inputs = [self._to(x) for x in self.get_inputs()]
+                return "device"
+            except Exception:
+                if where == "device":
+                    raise
+                self.release()
         self._seed(seed)
         self.inputs = [self._to(x) for x in self.get_inputs()]
+        return "host"
 
     def forward(self) -> list:  # type: ignore[type-arg]
         out = self.model(*self.inputs)
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        return outs
+        return list(out) if isinstance(out, (tuple, list)) else [out]
 
     def check_outputs(self, outs: list) -> str | None:  # type: ignore[type-arg]
         torch = self.torch
@@ -175,27 +216,29 @@ class Runner:
                 return (
                     f"output {i} is a {type(o).__module__}.{type(o).__qualname__}, not a plain torch.Tensor"
                 )
-            if o.device != self.device:
+            if not self.t.same_device(o.device, self.device):
                 return f"output {i} is on {o.device}, not {self.device}"
+            if self.t.dtype_name(o) not in self.t.DTYPES:
+                return f"output {i} has the unsupported dtype {o.dtype}"
             ptr = o.untyped_storage().data_ptr()
             if ptr and any(ptr == x.untyped_storage().data_ptr() for x in inputs):
                 return f"output {i} shares memory with an input"
         return None
 
-    def blob(self, outs: list) -> tuple[list, bytes]:  # type: ignore[type-arg]
-        torch = self.torch
-        meta, parts = [], []
-        for o in outs:
-            c = o.detach().to("cpu").contiguous()
-            data = c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b""
-            meta.append(
-                {"dtype": str(c.dtype).removeprefix("torch."), "shape": list(c.shape), "nbytes": len(data)}
-            )
-            parts.append(data)
-        return meta, b"".join(parts)
+    def keep(self, outs: list, flats: list | None = None) -> list:  # type: ignore[type-arg]
+        """Keep the outputs, flattened (a copy only where one is not contiguous); their meta."""
+        self.last = flats if flats is not None else [o.detach().reshape(-1) for o in outs]
+        return [
+            {"dtype": self.t.dtype_name(o), "shape": list(o.shape), "numel": int(o.numel())} for o in outs
+        ]
+
+    def peak_bytes(self) -> int:
+        if self.device.type == "cuda":
+            return int(self.torch.cuda.max_memory_allocated(self.device))
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
     def trial(self, cmd: dict) -> None:  # type: ignore[type-arg]
-        self.make_inputs(int(cmd["seed"]))
+        where = self.make_inputs(int(cmd["seed"]), str(cmd.get("inputs", "auto")))
         before = Counted.calls
         outs = self.forward()
         self.sync()
@@ -203,71 +246,129 @@ class Runner:
         if bad is not None:
             send({"ok": False, "kind": "bad_output", "error": bad})
             return
-        meta, data = self.blob(outs)
-        send({"ok": True, "tensors": meta, "calls": Counted.calls - before}, data)
+        meta = self.keep(outs)
+        self.inputs = []
+        if self.device.type == "cuda":  # what the candidate can get is measured without our cache
+            self.torch.cuda.empty_cache()
+        send(
+            {
+                "ok": True,
+                "tensors": meta,
+                "calls": Counted.calls - before,
+                "inputs": where,
+                "peak_bytes": self.peak_bytes(),
+            }
+        )
+
+    def put(self, cmd: dict) -> None:  # type: ignore[type-arg]
+        start, count = int(cmd["start"]), int(cmd["count"])
+        src = self.last[int(cmd["out"])][start : start + count]
+        nbytes = self.window.put(int(cmd["slot"]), src)
+        if src.device.type == "cuda":
+            self.sync()
+        send({"ok": True, "copied": nbytes})
+
+    def cmp(self, cmd: dict) -> None:  # type: ignore[type-arg]
+        start, count = int(cmd["start"]), int(cmd["count"])
+        mine = self.last[int(cmd["out"])][start : start + count]
+        theirs = self.window.get(int(cmd["slot"]), self.t.DTYPES[cmd["dtype"]], count, self.device)
+        torch = self.torch
+        threads = torch.get_num_threads()
+        if self.device.type == "cpu":  # untimed work: every CPU of the jail
+            torch.set_num_threads(len(os.sched_getaffinity(0)))
+        try:
+            stats = self.t.compare_chunk(mine, theirs, float(cmd["atol"]), float(cmd["rtol"]))
+            if "a" in cmd:
+                a, b, p, row = int(cmd["a"]), int(cmd["b"]), int(cmd["p"]), int(cmd["row"])
+                d, s = self.t.segment_digest(theirs, row, a, b, p, scale=True)
+                stats.update(digest=d, scale=s)
+        finally:
+            torch.set_num_threads(threads)
+        send({"ok": True, **stats})
 
     def prep(self, cmd: dict) -> None:  # type: ignore[type-arg]
-        self.make_inputs(int(cmd["seed"]))
+        self.make_inputs(int(cmd["seed"]), str(cmd.get("inputs", "host")))
         self.digest_args = (int(cmd["a"]), int(cmd["b"]), int(cmd["p"]))
         if self.flush is not None:
             self.flush.zero_()
         self.sync()
         send({"ok": True})
 
-    def digest(self, outs: list):  # type: ignore[no-untyped-def,type-arg]
-        torch = self.torch
-        a, b, p = self.digest_args
-        flat = torch.cat([o.detach().reshape(-1).to(torch.float64) for o in outs])
-        idx = torch.arange(flat.numel(), device=flat.device, dtype=torch.int64)
-        w = ((idx * a + b) % p).to(torch.float64) / p
-        self.numel = flat.numel()
-        return torch.stack([(flat * w).sum(), (flat.abs() * w).sum()])
-
     def go(self) -> None:
         torch = self.torch
         before = Counted.calls
+        a, b, p = self.digest_args
+        want_scale = self.role == "reference"
         if self.device.type == "cuda":
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
             outs = self.forward()
             end.record()
-            d = self.digest(outs)
+            flats = [o.detach().reshape(-1) for o in outs]
+            digest, scale = self.t.digest(flats, a, b, p, scale=want_scale)
             self.sync()
             inner_ms = start.elapsed_time(end)
         else:
             t0 = time.perf_counter()
             outs = self.forward()
             inner_ms = (time.perf_counter() - t0) * 1e3
-            d = self.digest(outs)
-        digest, scale = (float(v) for v in d.tolist())
+            flats = [o.detach().reshape(-1) for o in outs]
+            digest, scale = self.t.digest(flats, a, b, p, scale=want_scale)
         bad = self.check_outputs(outs)
         if bad is not None:
             send({"ok": False, "kind": "bad_output", "error": bad})
             return
-        self.last = outs
+        meta = self.keep(outs, flats)
+        self.inputs = []
         send(
             {
                 "ok": True,
+                "tensors": meta,
                 "digest": digest,
                 "scale": scale,
-                "numel": self.numel,
+                "numel": sum(f.numel() for f in flats),
                 "inner_ms": inner_ms,
                 "calls": Counted.calls - before,
             }
         )
 
-    def output(self) -> None:
-        meta, data = self.blob(self.last)
-        send({"ok": True, "tensors": meta}, data)
+    def memory(self) -> None:
+        if self.device.type == "cuda":
+            free, total = self.torch.cuda.mem_get_info(self.device)
+        else:
+            free, total = host_memory()
+        send({"ok": True, "free": int(free), "total": int(total), "peak_bytes": self.peak_bytes()})
 
     def profile(self) -> None:
-        from torch.profiler import ProfilerActivity, profile
+        """The GPU kernels of one forward. A profiler that fails to start or to report says so
+        (``kind`` profiler: the service's tool, not the model); the forward's own failure is
+        the model's, as anywhere else."""
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        def refused(e: BaseException) -> None:
+            send({"ok": False, "kind": "profiler", "error": f"{type(e).__name__}: {e}"[-2000:]})
+
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            prof = profile(activities=[ProfilerActivity.CUDA])
+            prof.__enter__()
+        except Exception as e:
+            refused(e)
+            return
+        try:
             self.forward()
             self.sync()
-        names = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+        except BaseException:
+            with contextlib.suppress(Exception):
+                prof.__exit__(None, None, None)
+            raise
+        try:
+            prof.__exit__(None, None, None)
+            names = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+        except Exception as e:
+            refused(e)
+            return
         send({"ok": True, "kernels": names[:200]})
 
     def threads(self) -> None:
@@ -279,21 +380,32 @@ class Runner:
         )
 
 
+def host_memory() -> tuple[int, int]:
+    """(available, total) bytes of the machine's memory, from /proc/meminfo."""
+    info = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            info[k] = int(v.split()[0]) * 1024
+    return info.get("MemAvailable", 0), info.get("MemTotal", 0)
+
+
 def versions(runner: Runner) -> dict:  # type: ignore[type-arg]
     torch = runner.torch
     out = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
     if runner.device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(runner.device)
         out["capability"] = ".".join(map(str, torch.cuda.get_device_capability(runner.device)))
+    out["window_pinned"] = runner.window.pinned
     return out
 
 
 def error_kind(e: BaseException) -> str:
     text = str(e)
+    if "out of memory" in text or isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return "memory"
     if "CUDA error" in text or "cudaError" in text or "illegal memory access" in text:
         return "cuda"
-    if isinstance(e, MemoryError) or "out of memory" in text:
-        return "memory"
     return "runtime"
 
 
@@ -312,25 +424,29 @@ def main() -> int:
             if runner is None:
                 send({"ok": False, "kind": "protocol", "error": "init first"})
                 continue
-            if name == "trial":
-                runner.trial(cmd)
-            elif name == "prep":
-                runner.prep(cmd)
-            elif name == "go":
-                runner.go()
-            elif name == "output":
-                runner.output()
-            elif name == "profile":
-                runner.profile()
-            elif name == "threads":
-                runner.threads()
-            elif name == "exit":
+            handler = COMMANDS.get(name)
+            if name == "exit":
                 return 0
-            else:
+            if handler is None:
                 send({"ok": False, "kind": "protocol", "error": f"unknown command {name!r}"})
+                continue
+            handler(runner, cmd)
         except BaseException as e:  # the model's failure: reported, then the host decides
             send({"ok": False, "kind": error_kind(e), "error": traceback.format_exc(limit=6)[-4000:]})
     return 0
+
+
+COMMANDS = {
+    "trial": Runner.trial,
+    "put": Runner.put,
+    "cmp": Runner.cmp,
+    "prep": Runner.prep,
+    "go": lambda r, c: r.go(),
+    "release": lambda r, c: r.release_and_reply(),
+    "memory": lambda r, c: r.memory(),
+    "profile": lambda r, c: r.profile(),
+    "threads": lambda r, c: r.threads(),
+}
 
 
 if __name__ == "__main__":

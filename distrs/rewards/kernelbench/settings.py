@@ -23,7 +23,9 @@ class KernelSettings(BaseSettings):
         "(9.0 for H100/H200, 8.0 for A100; several separated by ';').",
     )
     cuda_home: str = Field(
-        default="/usr/local/cuda", description="CUDA toolkit the compile stage uses (nvcc)."
+        default="",
+        description="CUDA toolkit the compile stage builds with (its bin/nvcc); empty = $CUDA_HOME, "
+        "else /usr/local/cuda, else nvcc on the worker's PATH. Readiness names what is missing.",
     )
     build_jobs: int = Field(
         default=2,
@@ -50,6 +52,13 @@ class KernelSettings(BaseSettings):
         "let builds use it; g++ ignores a header that does not match, so modules are the same either way.",
     )
     execute_memory_mb: int = Field(default=16384, gt=0, description="Writable memory of one judging process.")
+    window_slot_mb: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="One slot of the window through which the candidate hands its outputs to the "
+        "reference's process for comparison (two slots; page-locked on a GPU).",
+    )
     device: str = Field(
         default="cuda",
         pattern="^(cuda|cpu)$",

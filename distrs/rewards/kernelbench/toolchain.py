@@ -13,7 +13,9 @@ import json
 import os
 import subprocess
 
+from distrs.rewards import cuda_toolkit
 from distrs.rewards.compile_cache import tool_identity
+from distrs.rewards.cuda_toolkit import Toolkit
 from distrs.rewards.interpreter import interpreter
 from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.sandbox import Mounts
@@ -41,20 +43,39 @@ def probe(python: str) -> dict[str, object]:
         return {"ok": False, "error": f"cannot run {exe}: {e}"}
 
 
-def readiness(settings: KernelSettings) -> tuple[bool, str]:
+def cuda_toolkit_of(settings: KernelSettings) -> Toolkit | None:
+    """The CUDA toolkit builds use: ``nvcc`` under the configured home, ``$CUDA_HOME``,
+    ``/usr/local/cuda`` or the worker's PATH (``distrs/rewards/cuda_toolkit.py``), once."""
+    return _toolkit(settings.cuda_home, os.environ.get("CUDA_HOME", ""), os.environ.get("PATH", ""))
+
+
+@functools.cache
+def _toolkit(home: str, env_home: str, path: str) -> Toolkit | None:
+    return cuda_toolkit.resolve("nvcc", home, {"CUDA_HOME": env_home, "PATH": path})
+
+
+def readiness(settings: KernelSettings, *, nvcc: bool = False) -> tuple[bool, str]:
+    """torch and ninja in the interpreter; with ``nvcc`` (a compile worker of a GPU pool), the
+    CUDA compiler too."""
     p = probe(settings.python)
     if not p.get("ok"):
         return False, f"the kernelbench type needs torch and ninja ({p.get('error')}): {EXTRA_HINT}"
+    if nvcc and settings.device == "cuda" and cuda_toolkit_of(settings) is None:
+        return False, "the kernelbench compile stage builds CUDA: " + cuda_toolkit.missing(
+            "nvcc", settings.cuda_home
+        ).replace("DISTRS_JUDGE_NVCC to its absolute path", "DISTRS_KERNELS_CUDA_HOME")
     return True, ""
 
 
 def jail_env(settings: KernelSettings, *, build: bool) -> dict[str, str]:
     """What a kernel jail sees: the interpreter's bin (ninja) and CUDA's on PATH, no secrets."""
     exe, _ = interpreter(settings.python)
-    path = f"{os.path.dirname(exe)}:{settings.cuda_home}/bin:/usr/local/bin:/usr/bin:/bin"
+    tk = cuda_toolkit_of(settings)
+    home = os.path.dirname(os.path.dirname(tk.nvcc)) if tk is not None else cuda_toolkit.DEFAULT_HOME
+    path = f"{os.path.dirname(exe)}:{home}/bin:/usr/local/bin:/usr/bin:/bin"
     env = {
         "PATH": path,
-        "CUDA_HOME": settings.cuda_home,
+        "CUDA_HOME": home,
         "TORCH_CUDA_ARCH_LIST": settings.cuda_arch_list,
         "TORCH_EXTENSIONS_DIR": "/tmp/torch_extensions",
         "OMP_NUM_THREADS": str(settings.threads),
@@ -72,7 +93,8 @@ def jail_env(settings: KernelSettings, *, build: bool) -> dict[str, str]:
 
 def jail_mounts(settings: KernelSettings, extra: Mounts | None = None) -> Mounts:
     _, mounts = interpreter(settings.python)
-    ro = {*mounts.ro_paths, os.path.realpath(settings.cuda_home)}
+    tk = cuda_toolkit_of(settings)
+    ro = {*mounts.ro_paths, *(cuda_toolkit.jail_ro_paths(tk) if tk is not None else ())}
     ro = {p for p in ro if os.path.exists(p) and not p.startswith("/usr/")}
     if extra is None:
         return Mounts(ro_paths=tuple(sorted(ro)))
@@ -84,12 +106,12 @@ def toolchain_key(settings_json: str) -> str:
     """A hash of everything besides the call that decides what a build produces."""
     settings = KernelSettings.model_validate_json(settings_json)
     p = probe(settings.python)
-    nvcc = os.path.join(settings.cuda_home, "bin", "nvcc")
+    tk = cuda_toolkit_of(settings)
     parts = [
         "kb-toolchain/1",
         str(p.get("torch")),
         str(p.get("cuda")),
-        tool_identity(nvcc) if os.path.exists(nvcc) else "no-nvcc",
+        tool_identity(tk.nvcc) if tk is not None else "no-nvcc",
         tool_identity("c++"),
         tool_identity("g++"),
         settings.cuda_arch_list,

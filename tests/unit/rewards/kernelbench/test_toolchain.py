@@ -1,0 +1,50 @@
+"""The kernel toolchain's CUDA: found under CUDA_HOME (not only on PATH), named by readiness where
+it is missing, and what the build jail sees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distrs.rewards import cuda_toolkit
+from distrs.rewards.kernelbench.settings import KernelSettings
+from distrs.rewards.kernelbench.toolchain import cuda_toolkit_of, jail_env, jail_mounts, readiness
+from tests.requirements import need
+
+
+def toolkit(root: Path) -> Path:
+    (root / "bin").mkdir(parents=True)
+    nvcc = root / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    return root
+
+
+def test_cuda_is_found_under_cuda_home_and_given_to_the_build_jail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = toolkit(tmp_path / "cuda-13")
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    s = KernelSettings()
+    tk = cuda_toolkit_of(s)
+    assert tk is not None and tk.nvcc == str(home / "bin" / "nvcc")
+    env = jail_env(s, build=True)
+    assert env["CUDA_HOME"] == str(home) and f"{home}/bin" in env["PATH"].split(":")
+    assert str(home) in jail_mounts(s).ro_paths
+
+
+def test_a_compile_worker_without_nvcc_is_not_ready_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need("torch", "readiness first checks torch in the worker's interpreter (the 'kernels' extra)")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(cuda_toolkit, "DEFAULT_HOME", str(tmp_path / "no-usr-local-cuda"))
+    s = KernelSettings(cuda_home=str(tmp_path / "also-nowhere"))
+    assert cuda_toolkit_of(s) is None
+    ok, why = readiness(s, nvcc=True)
+    assert not ok and "no CUDA compiler" in why and "DISTRS_KERNELS_CUDA_HOME" in why
+    assert readiness(s) == (True, "")  # the execute stage needs no compiler
+    assert readiness(KernelSettings(device="cpu", cuda_home=s.cuda_home), nvcc=True) == (True, "")
