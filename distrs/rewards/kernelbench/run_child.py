@@ -25,6 +25,7 @@ Protocol: one JSON command per line on stdin; each reply is one JSON line on std
                                                 a, b, p also the chunk's digest and scale
     prep    {seed, inputs, a, b, p}   inputs for a timed call; digest weights; flush the L2; sync
     go                                the timed call: forward, its digest, a device-wide sync
+    trim                              return cached device memory (after a timed call)
     release                           drop inputs and outputs, return cached device memory
     memory                            free and total device memory (or host memory on the CPU)
     profile                           (cuda) names of the GPU kernels one forward launched
@@ -177,10 +178,19 @@ class Runner:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
-    def release(self) -> None:
+    def release(self, *, cached: bool = True) -> None:
+        """Drop inputs and outputs; with ``cached``, also hand the allocator's cached blocks back
+        to the device (what the other process can then get), not between timed calls."""
         self.inputs, self.last = [], []
+        if cached and self.device.type == "cuda":
+            self.torch.cuda.empty_cache()
+
+    def trim(self) -> None:
+        """Return the allocator's cached blocks (the dropped inputs of the last call) to the
+        device, outside the timed window: the other process's next call may need them."""
         if self.device.type == "cuda":
             self.torch.cuda.empty_cache()
+        send({"ok": True})
 
     def release_and_reply(self) -> None:
         self.release()
@@ -189,7 +199,7 @@ class Runner:
     def make_inputs(self, seed: int, where: str) -> str:
         """Inputs from the seed: on the device (``where`` "device", or "auto" where it works),
         else on the CPU and moved. Returns where they were made."""
-        self.release()
+        self.release(cached=False)
         if where in ("auto", "device") and self.device.type != "cpu":
             self._seed(seed)
             try:
@@ -199,7 +209,7 @@ class Runner:
             except Exception:
                 if where == "device":
                     raise
-                self.release()
+                self.release(cached=False)
         self._seed(seed)
         self.inputs = [self._to(x) for x in self.get_inputs()]
         return "host"
@@ -298,7 +308,9 @@ class Runner:
         torch = self.torch
         before = Counted.calls
         a, b, p = self.digest_args
-        want_scale = self.role == "reference"
+        # both sides compute the scale (only the reference's is used): their host-clock overheads
+        # must stay alike, since the reference's calibrates what the candidate is charged
+        want_scale = True
         if self.device.type == "cuda":
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
@@ -443,6 +455,7 @@ COMMANDS = {
     "prep": Runner.prep,
     "go": lambda r, c: r.go(),
     "release": lambda r, c: r.release_and_reply(),
+    "trim": lambda r, c: r.trim(),
     "memory": lambda r, c: r.memory(),
     "profile": lambda r, c: r.profile(),
     "threads": lambda r, c: r.threads(),

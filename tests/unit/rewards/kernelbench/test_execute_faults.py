@@ -53,7 +53,7 @@ def honest(role: str, cmd: dict[str, Any]) -> Reply:
         if "a" in cmd:
             stats.update(digest=DIGEST, scale=200.0)
         return stats
-    if name == "prep":
+    if name in ("prep", "trim"):
         return {"ok": True}
     if name == "go":
         return {
