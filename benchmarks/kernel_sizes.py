@@ -125,7 +125,9 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="distrs-kb-sizes-") as tmp:
         sb = create_sandbox(SandboxSettings(workdir_base=f"{tmp}/sbx"))
-        settings = KernelSettings(device="cpu", cache_dir="/var/tmp/distrs-kernels-cache", compile_time_s=1800.0)
+        settings = KernelSettings(
+            device="cpu", cache_dir="/var/tmp/distrs-kernels-cache", compile_time_s=1800.0
+        )
         compiler, executor = CompileHandler(sb, settings), ExecuteHandler(sb, settings)
         rows = []
         for gib in args.sizes:
@@ -162,7 +164,11 @@ def main() -> int:
             print(json.dumps(rows[-1]), flush=True)
     result = {
         "benchmark": "kernel_sizes",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_end": os.getloadavg()[0]},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_end": os.getloadavg()[0],
+        },
         "trials": {"correct": CORRECT_TRIALS, "perf": PERF_TRIALS},
         "rows": rows,
     }
