@@ -80,7 +80,7 @@ from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.rewards.kernelbench.timing import Call, charge, digest_agrees, stats
 from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts
 from distrs.rewards.kernelbench.window import OutputWindow
-from distrs.sandbox import Limits, MemoryKind, Sandbox
+from distrs.sandbox import Limits, MemoryKind, Sandbox, SandboxError
 
 WARMUP = 3
 DIGEST_PRIME = 2_147_483_629  # weights ((i*a + b) mod p) / p; a, b drawn per call
@@ -225,6 +225,10 @@ class ExecuteHandler(KernelHandler):
             )
         except CandidateFault as e:
             return self.verdict_of_fault(p, report, e)
+        except SandboxError as e:
+            return StageOutput.final(
+                Status.INTERNAL_ERROR, 0.0, error=f"sandbox: {e}", compiled=True, flags=report.flags
+            )
 
     def start_child(
         self, stack: ExitStack, files: dict[str, bytes], device: str, fds: tuple[int, ...]
@@ -413,29 +417,7 @@ class Judge:
             stack.callback(self.window.close)
             self.ref = self.h.start_child(stack, common, self.p.device, (self.window.ro_fd,))
             self.cand = self.h.start_child(stack, cand_files, self.p.device, (self.window.rw_fd,))
-            seed = secrets.randbits(31)
-            init = {
-                "cmd": "init",
-                "device": self.p.device,
-                "precision": self.p.precision,
-                "seed": seed,
-                "threads": self.s.threads,
-            }
-            window = {"size": self.window.size, "slot_bytes": self.window.slot_bytes}
-            # both import torch and build their models at once
-            self._send("ref", {**init, "role": "reference", "window": {**window, "fd": self.window.ro_fd}})
-            self._send(
-                "cand",
-                {
-                    **init,
-                    "role": "candidate",
-                    "modules": shipped,
-                    "window": {**window, "fd": self.window.rw_fd},
-                },
-            )
-            ref_init = self._ref_reply("init (building the reference)", self.s.startup_time_s)
-            self.report.versions = dict(ref_init.get("versions") or {})
-            self._cand_reply("init (loading the candidate)", self.s.startup_time_s)
+            self.start_both(shipped)
             for _ in range(self.p.num_correct_trials):
                 self.correctness_trial()
             timing = self.time_both() if self.p.measure_performance else None
@@ -443,6 +425,34 @@ class Judge:
             if self.p.device == "cuda":
                 self.check_kernel_ran()
             return self.result(timing)
+
+    def start_both(self, shipped: list[dict[str, str]]) -> None:
+        """Both processes set up the harness (``init``: torch, the device, the window) at once,
+        then build their models (``load``). No code of the problem or the candidate has run when
+        ``init`` answers, so the candidate's ``init`` failing is the service's fault too."""
+        init = {
+            "cmd": "init",
+            "device": self.p.device,
+            "precision": self.p.precision,
+            "threads": self.s.threads,
+        }
+        window = {"size": self.window.size, "slot_bytes": self.window.slot_bytes}
+        self._send("ref", {**init, "role": "reference", "window": {**window, "fd": self.window.ro_fd}})
+        self._send("cand", {**init, "role": "candidate", "window": {**window, "fd": self.window.rw_fd}})
+        ref_init = self._ref_reply("init (the judging process's setup)", self.s.startup_time_s)
+        self.report.versions = dict(ref_init.get("versions") or {})
+        try:
+            cand_init = self._reply("cand", self.cand, "init", self.s.startup_time_s)
+        except CandidateFault as e:
+            raise HarnessFault(f"the candidate's judging process could not start: {e.reason}") from None
+        if not cand_init["ok"]:
+            error = str(cand_init.get("error"))[-2000:]
+            raise HarnessFault(f"the candidate's judging process could not start: {error}")
+        seed = secrets.randbits(31)
+        self._send("ref", {"cmd": "load", "seed": seed})
+        self._send("cand", {"cmd": "load", "seed": seed, "modules": shipped})
+        self._ref_reply("load (building the reference)", self.s.startup_time_s)
+        self._cand_reply("load (loading the candidate)", self.s.startup_time_s)
 
     def plan_memory(self, ref_reply: dict[str, Any]) -> None:
         """After the reference's first trial: the candidate can get what the reference needed."""

@@ -16,7 +16,10 @@ allows (``torch.device`` as the default device), else on the CPU and moved.
 
 Protocol: one JSON command per line on stdin; each reply is one JSON line on stdout::
 
-    init    {role, device, precision, seed, threads, window: {fd, size, slot_bytes}, modules?}
+    init    {role, device, precision, threads, window: {fd, size, slot_bytes}}   the harness
+                              alone: torch, the device, the window (no problem code has run)
+    load    {seed, modules?}  the problem and the model: the reference's, or the candidate's
+                              (its shipped modules replayed for load_inline)
     trial   {seed, inputs}   inputs from get_inputs() under the seed ("auto": on the device if
                               it allows, the reply says where); forward; the outputs are kept
     put     {out, start, count, slot}           (candidate) a chunk of its kept output i
@@ -125,6 +128,11 @@ def install_replay(modules: list[dict]) -> None:  # type: ignore[type-arg]
 
 
 class Runner:
+    """The harness's own setup (``init``): torch, the device, the window, the flush buffer.
+
+    Nothing of the problem or the candidate has run when ``init`` replies, so its failure is the
+    service's, whoever's process it is; the models come with ``load``."""
+
     def __init__(self, cmd: dict) -> None:  # type: ignore[type-arg]
         import torch
 
@@ -142,6 +150,20 @@ class Runner:
         )
         if self.device.type == "cuda":
             self.window.pin(read_only=self.role != "candidate")
+        self.model = None
+        self.get_inputs = None
+        self.inputs: list = []  # type: ignore[type-arg]
+        self.last: list = []  # type: ignore[type-arg]  # the kept outputs, flattened
+        self.numel = 0
+        self.digest_args = (1, 0, 1)
+        self.flush = (
+            torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=self.device)
+            if self.device.type == "cuda"
+            else None
+        )
+
+    def load(self, cmd: dict) -> None:  # type: ignore[type-arg]
+        """The problem, and the model this process judges (the candidate's from here on)."""
         if self.role == "candidate":
             install_replay(cmd.get("modules", []))
         ref = load_module("reference", "reference.py")
@@ -152,15 +174,7 @@ class Runner:
         cls = load_module("candidate", "candidate.py").ModelNew if self.role == "candidate" else ref.Model
         self._seed(seed)
         self.model = cls(*init_inputs).to(device=self.device, dtype=self.dtype)
-        self.inputs: list = []  # type: ignore[type-arg]
-        self.last: list = []  # type: ignore[type-arg]  # the kept outputs, flattened
-        self.numel = 0
-        self.digest_args = (1, 0, 1)
-        self.flush = (
-            torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=self.device)
-            if self.device.type == "cuda"
-            else None
-        )
+        send({"ok": True})
 
     def _seed(self, seed: int) -> None:
         self.torch.manual_seed(seed)
@@ -436,6 +450,9 @@ def main() -> int:
             if runner is None:
                 send({"ok": False, "kind": "protocol", "error": "init first"})
                 continue
+            if name != "load" and runner.model is None:
+                send({"ok": False, "kind": "protocol", "error": "load first"})
+                continue
             handler = COMMANDS.get(name)
             if name == "exit":
                 return 0
@@ -449,6 +466,7 @@ def main() -> int:
 
 
 COMMANDS = {
+    "load": Runner.load,
     "trial": Runner.trial,
     "put": Runner.put,
     "cmp": Runner.cmp,

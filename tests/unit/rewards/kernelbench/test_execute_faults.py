@@ -53,7 +53,7 @@ def honest(role: str, cmd: dict[str, Any]) -> Reply:
         if "a" in cmd:
             stats.update(digest=DIGEST, scale=200.0)
         return stats
-    if name in ("prep", "trim"):
+    if name in ("prep", "trim", "load"):
         return {"ok": True}
     if name == "go":
         return {
@@ -166,6 +166,13 @@ def test_an_honest_pair_is_ok_and_compares_through_the_window() -> None:
         (on("ref", "cmp", ChildGone("the process exited"), after=3), "the reference process failed at cmp"),
         (on("ref", "init", ChildGone("the process exited")), "reference process failed"),
         (
+            on("ref", "load", {"ok": False, "kind": "runtime", "error": "no Model"}),
+            "the reference failed at load",
+        ),
+        (on("cand", "init", {"ok": False, "kind": "runtime", "error": "mmap: bad fd"}), "could not start: "),
+        (on("cand", "init", ChildTimeout()), "could not start"),
+        (on("cand", "init", ChildGone("the process exited")), "could not start"),
+        (
             on("ref", "trial", {"ok": False, "kind": "memory", "error": "CUDA out of memory"}),
             "ran out of memory",
         ),
@@ -259,6 +266,12 @@ def test_a_candidate_cut_by_a_budget_the_reference_spent_is_not_charged() -> Non
 @pytest.mark.parametrize(
     ("script", "status", "says"),
     [
+        (
+            on("cand", "load", {"ok": False, "kind": "runtime", "error": "ModelNew: no"}),
+            Status.RUNTIME_ERROR,
+            "ModelNew: no",
+        ),
+        (on("cand", "load", ChildTimeout()), Status.TIMEOUT, "did not answer load"),
         (on("cand", "trial", ChildTimeout()), Status.TIMEOUT, "did not answer trial in time"),
         (
             on("cand", "trial", ChildGone("the process exited")),
