@@ -54,6 +54,7 @@ import resource
 import sys
 import time
 import traceback
+from typing import Any
 
 ORIG_STDOUT = os.dup(1)
 L2_FLUSH_BYTES = 256 << 20
@@ -150,8 +151,8 @@ class Runner:
         )
         if self.device.type == "cuda":
             self.window.pin(read_only=self.role != "candidate")
-        self.model = None
-        self.get_inputs = None
+        self.model: Any = None
+        self.get_inputs: Any = None
         self.inputs: list = []  # type: ignore[type-arg]
         self.last: list = []  # type: ignore[type-arg]  # the kept outputs, flattened
         self.numel = 0
