@@ -16,7 +16,7 @@
 # 2. scripts/gpu_check.py with the same python, under the run's deadline: the kernelbench build
 #    (in the background), the GPU test tier (pytest -m gpu, in two parts), distrs up and its
 #    checks, KernelBench's problems at real sizes, the hack suite, timing noise; one JSON report
-#    that also holds step 1.
+#    that also holds step 1, and beside it gpu-check-logs.tgz with every log whole.
 # Budget (GPU_CHECK_BUDGET_S, default 470 s for everything): install about 15 s, then the
 # driver's steps (see scripts/gpu_check.py and docs/gpu-check.md). GPU_CHECK_INSTALL_ONLY=1 stops
 # after step 1 and prints the PYTHONPATH to run the driver or pytest with by hand.
@@ -108,5 +108,7 @@ fi
 "$PY" scripts/gpu_check.py --report "$REPORT" --deadline-unix "$((START + BUDGET_S))" --work "$WORK" \
   --install "$INSTALL_JSON"
 rc=$?
+# every log whole beside the report (the report keeps only their ends)
+(cd "$WORK" && tar czf "$(dirname "$REPORT")/gpu-check-logs.tgz" --ignore-failed-read ./*.log ./*.xml ./*.json) 2>/dev/null
 log "done in $(($(date +%s) - START)) s; report $REPORT"
 exit $rc
