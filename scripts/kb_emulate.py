@@ -125,7 +125,7 @@ def rewrite_launches(source: str) -> str:
 def emulated_source(cuda_source: str) -> str:
     """``cuda_source`` as C++ for a CPU torch extension (see the module docstring)."""
     body = INCLUDE.sub("", cuda_source)
-    body = body.replace("c10::cuda::getCurrentCUDAStream()", "0")
+    body = body.replace("at::cuda::getCurrentCUDAStream()", "0")
     body = rewrite_launches(body)
     if "<<<" in body:
         raise ValueError("a launch the rewriting does not know is left in the source")

@@ -9,10 +9,11 @@
 //
 // Launches are written `kernel<<<grid, threads, 0, stream>>>(args);`, one per statement:
 // scripts/kb_emulate.py rewrites exactly that form to run these kernels on a CPU. The stream
-// comes from c10/cuda/CUDAStream.h, which needs only CUDA's runtime headers (ATen's
-// CUDAContext.h also wants cuSPARSE's and cuBLAS's, which a compiler-only toolkit lacks).
+// comes from ATen/cuda/CUDAContext.h, as most KernelBench candidates take it; that header also
+// wants cuSPARSE's and cuBLAS's headers, which a compiler-only toolkit lacks and the compile
+// stage finds in torch's CUDA wheels (toolchain.wheel_cuda_includes): this build proves it.
 #include <torch/extension.h>
-#include <c10/cuda/CUDAStream.h>
+#include <ATen/cuda/CUDAContext.h>
 
 // Blocks for a grid-stride loop over n elements: enough to fill an H100 several times over.
 static int kbc_blocks(int64_t n, int threads) {
@@ -66,7 +67,7 @@ static torch::Tensor kbc_unary(torch::Tensor x, int which) {
   if (n == 0) return y;
   const int threads = 256;
   const int grid = kbc_blocks(n, threads);
-  auto stream = c10::cuda::getCurrentCUDAStream();
+  auto stream = at::cuda::getCurrentCUDAStream();
   const float* src = xc.data_ptr<float>();
   float* dst = y.data_ptr<float>();
   if (which == 0) {
@@ -93,7 +94,7 @@ torch::Tensor relu_copy(torch::Tensor x) {
   kbc_check_float(x, "x");
   auto xc = x.contiguous();
   auto y = torch::empty_like(xc);
-  auto stream = c10::cuda::getCurrentCUDAStream();
+  auto stream = at::cuda::getCurrentCUDAStream();
   cudaMemcpyAsync(y.data_ptr<float>(), xc.data_ptr<float>(), xc.numel() * sizeof(float),
                   cudaMemcpyDeviceToDevice, stream);
   return y;
@@ -142,7 +143,7 @@ torch::Tensor softmax(torch::Tensor x) {
   if (rows == 0 || cols == 0) return y;
   const int grid = (int)rows;
   const int threads = KBC_ROW_THREADS;
-  auto stream = c10::cuda::getCurrentCUDAStream();
+  auto stream = at::cuda::getCurrentCUDAStream();
   kbc_softmax_kernel<<<grid, threads, 0, stream>>>(xc.data_ptr<float>(), y.data_ptr<float>(), cols);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
@@ -180,7 +181,7 @@ torch::Tensor rmsnorm(torch::Tensor x, double eps) {
   const int64_t inner = xc.numel() / (batch * feats);
   const int threads = 256;
   const int grid = kbc_blocks(batch * inner, threads);
-  auto stream = c10::cuda::getCurrentCUDAStream();
+  auto stream = at::cuda::getCurrentCUDAStream();
   kbc_rmsnorm_kernel<<<grid, threads, 0, stream>>>(xc.data_ptr<float>(), y.data_ptr<float>(), batch, feats,
                                                    inner, (float)eps);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -262,7 +263,7 @@ torch::Tensor matmul(torch::Tensor a, torch::Tensor b) {
   if (M == 0 || N == 0) return c;
   const dim3 grid = kbc_tiles(M, N);
   const int threads = 256;
-  auto stream = c10::cuda::getCurrentCUDAStream();
+  auto stream = at::cuda::getCurrentCUDAStream();
   kbc_gemm_kernel<false, false><<<grid, threads, 0, stream>>>(ac.data_ptr<float>(), bc.data_ptr<float>(),
                                                               nullptr, c.data_ptr<float>(), M, N, K);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -284,7 +285,7 @@ torch::Tensor linear_bias_relu(torch::Tensor x, torch::Tensor w, torch::Tensor b
   if (M == 0 || N == 0) return c;
   const dim3 grid = kbc_tiles(M, N);
   const int threads = 256;
-  auto stream = c10::cuda::getCurrentCUDAStream();
+  auto stream = at::cuda::getCurrentCUDAStream();
   kbc_gemm_kernel<true, true><<<grid, threads, 0, stream>>>(xc.data_ptr<float>(), wc.data_ptr<float>(),
                                                             bc.data_ptr<float>(), c.data_ptr<float>(), M, N, K);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

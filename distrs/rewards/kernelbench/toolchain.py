@@ -27,7 +27,15 @@ _PROBE = (
     "    import torch, ninja\n"
     "except Exception as e:\n"
     "    print(json.dumps({'ok': False, 'error': f'{type(e).__name__}: {e}'})); sys.exit(0)\n"
-    "print(json.dumps({'ok': True, 'torch': torch.__version__, 'cuda': torch.version.cuda}))\n"
+    "import os\n"
+    "try:\n"
+    "    import nvidia\n"
+    "    inc = sorted(os.path.join(p, d, 'include') for p in nvidia.__path__ for d in os.listdir(p)\n"
+    "                 if os.path.isdir(os.path.join(p, d, 'include')))\n"
+    "except Exception:\n"
+    "    inc = []\n"
+    "print(json.dumps({'ok': True, 'torch': torch.__version__, 'cuda': torch.version.cuda,\n"
+    "                  'cuda_includes': inc}))\n"
 )
 
 
@@ -86,9 +94,21 @@ def jail_env(settings: KernelSettings, *, build: bool) -> dict[str, str]:
     if build:
         env["MAX_JOBS"] = str(settings.build_jobs)
         env["TMPDIR"] = "/jail/work"  # nvcc's intermediates on the session's disk, not /tmp
+        includes = wheel_cuda_includes(settings)
+        if includes:  # searched after every -I: only what the toolkit lacks is taken from them
+            env["CPATH"] = ":".join(includes)
     elif "CUDA_VISIBLE_DEVICES" in os.environ:
         env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     return env
+
+
+def wheel_cuda_includes(settings: KernelSettings) -> list[str]:
+    """The headers of the CUDA libraries torch's wheel brings (``nvidia/*/include``: cuSPARSE,
+    cuBLAS, cuRAND ...). ``ATen/cuda/CUDAContext.h``, which many KernelBench candidates include,
+    needs ``cusparse.h``, which a compiler-only toolkit (the compile image's) does not have: a
+    candidate must not fail to compile for a header the service's toolchain lacks."""
+    inc = probe(settings.python).get("cuda_includes")
+    return [str(p) for p in inc] if isinstance(inc, list) else []
 
 
 def jail_mounts(settings: KernelSettings, extra: Mounts | None = None) -> Mounts:

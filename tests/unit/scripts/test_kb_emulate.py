@@ -32,7 +32,7 @@ def test_the_real_source_is_rewritten_whole() -> None:
     out = kb_emulate.emulated_source(kb_kernels.CUDA_SOURCE)
     assert "<<<" not in out and out.count("kbc_launch(dim3(") == launches
     assert out.startswith("#include <torch/extension.h>\n")
-    assert "c10::cuda::" not in out  # the stream: 0, nothing of CUDA is called
+    assert "at::cuda::" not in out  # the stream: 0, nothing of CUDA is called
     # the only includes are torch's and the emulation's own standard headers
     includes = re.findall(r"#include\s*[<\"](.*)[>\"]", out)
     assert includes[0] == "torch/extension.h" and all("cuda" not in i for i in includes)

@@ -48,3 +48,13 @@ def test_a_compile_worker_without_nvcc_is_not_ready_and_says_so(
     assert not ok and "no CUDA compiler" in why and "DISTRS_KERNELS_CUDA_HOME" in why
     assert readiness(s) == (True, "")  # the execute stage needs no compiler
     assert readiness(KernelSettings(device="cpu", cuda_home=s.cuda_home), nvcc=True) == (True, "")
+
+
+def test_builds_find_the_cuda_library_headers_torch_brings() -> None:
+    """ATen/cuda/CUDAContext.h includes cusparse.h, which a compiler-only toolkit lacks: a build
+    must not fail for the service's missing header (the GPU check's candidates include it)."""
+    need("torch", "the headers come with torch's CUDA wheels (the 'kernels' extra)")
+    s = KernelSettings()
+    cpath = jail_env(s, build=True).get("CPATH", "")
+    assert any((Path(d) / "cusparse.h").exists() for d in cpath.split(":") if d), cpath
+    assert "CPATH" not in jail_env(s, build=False)
