@@ -45,7 +45,8 @@ def precompile(extra_cflags: list[str]) -> dict[str, object]:
     shutil.copyfile(header, "extension.h")
     cxx = os.environ.get("CXX", "c++")
     cmd = [cxx, "-x", "c++-header", "extension.h", "-o", "extension.h.gch", *pch_flags(extra_cflags)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    # stdin: none (g++ reads a file named "" as its stdin, which here is the host's request, at EOF)
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
         return {"ok": False, "message": (r.stderr or r.stdout)[-4000:]}
     return {"ok": True}
