@@ -146,6 +146,11 @@ class PchStore:
         self._lock = threading.Lock()
         self._makers: dict[str, threading.Thread] = {}
 
+    @property
+    def root(self) -> Path:
+        """The directory holding this store's headers (one directory per key)."""
+        return self._root
+
     def key(self, flags: Sequence[str]) -> str:
         return pch_key(self._kind, self._toolchain, flags)
 
