@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pathlib
 import resource
 import shutil
 import signal
@@ -146,6 +147,23 @@ def nvcc_in_steps(jobs: int) -> None:
     os.environ["PYTORCH_NVCC"] = wrapper
     os.environ["DISTRS_KB_NVCC"] = os.path.join(ce.CUDA_HOME, "bin", "nvcc")
     os.environ["DISTRS_KB_NVCC_JOBS"] = str(jobs)
+    os.environ["DISTRS_KB_NVCC_LOG"] = os.path.abspath("nvcc_steps.log")
+
+
+def timeline(started: float) -> dict[str, object]:
+    """Where the build's time went: ninja's jobs and nvcc's steps, in seconds from ``started``
+    (monotonic; ninja's log counts milliseconds from its own start, which is close to it)."""
+    jobs = []
+    with contextlib.suppress(OSError, ValueError):
+        for line in pathlib.Path("build", ".ninja_log").read_text().splitlines()[1:]:
+            start, end, _, target, _ = line.split("\t")
+            jobs.append({"job": target, "start": int(start) / 1000, "end": int(end) / 1000})
+    steps = []
+    with contextlib.suppress(OSError, ValueError):
+        for line in pathlib.Path("nvcc_steps.log").read_text().splitlines():
+            s = json.loads(line)
+            steps.append({"step": s["step"], "start": s["start"] - started, "end": s["end"] - started})
+    return {"ninja": jobs, "nvcc": steps}
 
 
 def build(job: dict[str, object]) -> dict[str, object]:
@@ -196,7 +214,7 @@ def main() -> int:
     except ValueError:
         job = None
     out = build(job) if isinstance(job, dict) else {"ok": False, "message": "no job"}
-    reply({**out, "wall_s": round(time.monotonic() - started, 2)})
+    reply({**out, "wall_s": round(time.monotonic() - started, 2), "timeline": timeline(started)})
     return 0
 
 

@@ -107,17 +107,24 @@ class CompileHandler(KernelHandler):
         self._modules = ModuleCache(self._settings.cache_mb * MiB, self._settings.cache_dir)
         self._results = CompileCache(self._settings.cache_mb * MiB)
         self.builds = 0  # clean builds started by this handler (tests and metrics read it)
+        self.last_build: dict[str, Any] = {}  # the last builder's reply less its message (benchmarks)
         self._pch: PchStore | None = None
         cpus = self._settings.build_cpus or admission.machine_cpus()
         self.cpus = admission.slots(self._settings.build_cpus_dir or admission.default_dir(), cpus)
         self.warm = WarmJails(self._start_jail, enabled=self._settings.prestart)
 
     def ready(self) -> tuple[bool, str]:
+        """Whether builds can run; where they can, the next request's jails start now (the
+        worker asks before each lease it waits for: while it is idle)."""
         ok, why = self.toolchain_ready()
         ok, why = (ok, why) if not ok else self.sandbox_ready()
         if ok:
-            self.warm.refill(IMPORT, BUILD)  # idle until a request comes: start its jails now
+            self.warm.refill(IMPORT, BUILD)
         return ok, why
+
+    def close(self) -> None:
+        """End the jails started ahead (their sessions hold mounts under the sandbox's work dir)."""
+        self.warm.close()
 
     def _toolchain(self) -> str:
         return toolchain_key(self._settings.model_dump_json())
@@ -228,10 +235,7 @@ class CompileHandler(KernelHandler):
             stage = Stage(cached.detail.get("outcome", Stage.COMPILE_ERROR.value))
             value = score(p.reward, Outcome(stage), p.speedup_cap)
             return StageOutput.final(cached.status or Status.COMPILE_ERROR, value, **cached.detail)
-        try:
-            out = self._compile(inp, p, report)
-        finally:
-            self.warm.refill(IMPORT, BUILD)  # for the next request, while this worker is idle
+        out = self._compile(inp, p, report)
         if out.outcome == "next" or out.status is Status.COMPILE_ERROR:
             self._results.put(key, out)
         return out
@@ -405,6 +409,7 @@ class CompileHandler(KernelHandler):
                 ) from None
             except ChildGone as e:
                 raise SandboxError(f"the kernel builder ended without a reply: {e}") from None
+            self.last_build = {k: v for k, v in reply.items() if k != "message"}
             if reply.get("cpu_exceeded"):
                 raise BuildTimeout(
                     f"the build used more than its {self._settings.compile_cpu_s:g} s of CPU time"

@@ -30,19 +30,22 @@ dependency file (``-MD -MF``) is made as nvcc makes it, from the files each ``gc
 Anything this program does not recognise in the dry run (another mode than ``-c``, a step or an
 order it does not know, relocatable device code) runs nvcc itself, unchanged: the same result,
 without the overlap. Standard library only; run as ``python -I -B nvcc_steps.py ARGS...`` with the
-real nvcc in ``DISTRS_KB_NVCC``.
+real nvcc in ``DISTRS_KB_NVCC``; where ``DISTRS_KB_NVCC_LOG`` names a file, each step's kind, start
+and end (monotonic seconds) are appended to it as JSON lines.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -209,6 +212,7 @@ class Runner:
         self._procs: set[subprocess.Popen[bytes]] = set()
         self.results: dict[int, tuple[int, bytes, bytes]] = {}
         self.ran: list[list[str]] = []  # every command run, in the order started
+        self.times: list[tuple[str, float, float]] = []  # (kind, start, end) of each, monotonic
         self.stopped = False
 
     def run(self, step: Step, argv: list[str] | None = None) -> int:
@@ -217,6 +221,7 @@ class Runner:
                 if self.stopped:
                     return 1
                 self.ran.append(argv or step.argv)
+                began = time.monotonic()
                 p = subprocess.Popen(
                     argv or step.argv,
                     env=self.env,
@@ -229,6 +234,7 @@ class Runner:
             with self._lock:
                 self._procs.discard(p)
         self.results[step.index] = (p.returncode, out, err)
+        self.times.append((step.kind, began, time.monotonic()))
         return p.returncode
 
     def stop(self) -> None:
@@ -367,11 +373,16 @@ def main(argv: list[str]) -> int:
         plan = plan_for(nvcc, argv, dict(os.environ))
     except Unsupported:
         os.execv(nvcc, [nvcc, *argv])
+    runner = Runner(plan.env, jobs)
     try:
-        return execute(plan, argv, jobs)
+        return execute(plan, argv, jobs, runner)
     finally:
         for path in temporaries(plan):
             _remove(path)
+        log = os.environ.get("DISTRS_KB_NVCC_LOG")
+        if log:  # where the time went, for the builder's reply (benchmarks/compile.py reads it)
+            with contextlib.suppress(OSError), open(log, "a") as f:
+                f.writelines(json.dumps({"step": k, "start": a, "end": b}) + "\n" for k, a, b in runner.times)
 
 
 if __name__ == "__main__":

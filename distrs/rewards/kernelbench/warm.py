@@ -4,8 +4,9 @@ A compile request starts two jailed interpreters that import torch before anythi
 candidate's import (``build_child.py``) and the clean build of its ``load_inline`` call
 (``builder_child.py``). Each start is a jail and a torch import, seconds of CPU on the request's
 critical path. So a compile handler keeps one of each ready: started in the background when the
-worker is idle (at its first readiness check and after each request), each in a session of its
-own, its child blocked on its first stdin line with torch imported. A request takes the ready
+worker is idle (a worker checks its handlers' readiness before each lease it waits for, and that
+check starts what is missing), each in a session of its own, its child blocked on its first stdin
+line with torch imported. A request takes the ready
 one, or starts one then and there where none is (the first request, a second build of one
 request, a child that died while it waited).
 
@@ -96,6 +97,15 @@ class WarmJails:
             for kind in kinds:
                 if kind not in self._ready:
                     self._ready[kind] = _EXECUTOR.submit(self._start, kind)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Wait until the jails being started ahead are started (benchmarks measure a request
+        that finds them ready, as one to an idle worker does)."""
+        with self._lock:
+            pending = list(self._ready.values())
+        for f in pending:
+            with suppress(Exception):
+                f.result(timeout_s)
 
     def close(self) -> None:
         with self._lock:
