@@ -64,6 +64,7 @@ MODULES = "kernel_modules"
 MAX_BUILD_CALLS = 8
 IMPORT, BUILD = "import", "build"  # the two kinds of jail a request starts
 PCH_WAIT_S = 3600.0  # how long a precompile waits for a CPU before it gives up
+BUILD_DISK_BYTES = 3072 * MiB  # a build: its sources, objects and the host side's precompiled header
 
 
 def child_files(*names: str) -> dict[str, bytes]:
@@ -94,7 +95,7 @@ def build_limits(settings: KernelSettings, wall_s: float) -> Limits:
         memory_bytes=settings.compile_memory_mb * MiB,
         memory_kind=MemoryKind.DATA,
         nproc=512,
-        fsize_bytes=1024 * MiB,
+        fsize_bytes=2048 * MiB,  # a precompiled header of torch is about 0.8-1 GB
         nofile=1024,
         output_bytes=256 * 1024,
         tmpfs_bytes=1024 * MiB,
@@ -186,7 +187,7 @@ class CompileHandler(KernelHandler):
                 s = stack.enter_context(self.sandbox.session(disk_bytes=256 * MiB))
                 names, mounts = ("build_child.py", "callkey.py"), jail_mounts(self._settings)
             else:
-                s = stack.enter_context(self.sandbox.session(disk_bytes=2048 * MiB))
+                s = stack.enter_context(self.sandbox.session(disk_bytes=BUILD_DISK_BYTES))
                 names, mounts = ("builder_child.py", "nvcc_steps.py"), jail_mounts(self._settings)
                 store = self.pch()
                 if store is not None:  # headers made later appear in it: the jail binds the root
