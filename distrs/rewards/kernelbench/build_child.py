@@ -1,6 +1,7 @@
 """Runs inside the compile jail: import the candidate as KernelBench does, with builds by the host.
 
-Run as ``python -I -B build_child.py``; it imports torch and waits for ``{"go": true}`` on stdin
+Run as ``python -I -B build_child.py``; it imports torch, says ``{"ready": true}`` and waits for
+``{"go": true}`` on stdin
 (so the worker can start it ahead of the request, ``warm.py``), then imports the candidate's
 source from ``candidate.py``. Importing the candidate runs its ``load_inline`` calls; this script
 replaces ``torch.utils.cpp_extension.load_inline`` first with a stand-in that sends the call's canonical
@@ -81,7 +82,8 @@ def main() -> int:
 
     ce.load_inline = host_load_inline
     ce.load = refused_load
-    # Started ahead of its request (warm.py): the host writes candidate.py, then says go.
+    # Started ahead of its request (warm.py): ready now; the host writes candidate.py, then says go.
+    send({"ready": True})
     if json.loads(replies.readline() or "{}").get("go") is not True:
         return 0
     try:

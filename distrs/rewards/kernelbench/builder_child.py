@@ -1,8 +1,8 @@
 """Runs inside a clean build jail: one ``load_inline`` call, and nothing of the candidate.
 
 Run as ``python -I -B builder_child.py``. It imports torch's extension builder first, which is
-most of its start, and only then reads its job, one JSON line on stdin, so the worker can start
-it ahead of the request (``warm.py``)::
+most of its start, says ``{"ready": true}`` and only then reads its job, one JSON line on stdin,
+so the worker can start it ahead of the request (``warm.py``)::
 
     {"args": ARGS, "pch": DIR | null, "cpu_s": LIMIT, "jobs": N, "split": true | false}
 
@@ -135,7 +135,9 @@ class Watchdog:
 
 
 def nvcc_in_steps(jobs: int) -> None:
-    """ninja's nvcc becomes ``nvcc_steps.py`` (torch reads ``PYTORCH_NVCC`` when it writes the build)."""
+    """ninja's nvcc becomes ``nvcc_steps.py`` (torch reads ``PYTORCH_NVCC`` when it writes the
+    build), which runs the nvcc torch would have run: ``PYTORCH_NVCC`` where the jail names one,
+    else CUDA_HOME's."""
     import torch.utils.cpp_extension as ce
 
     if ce.CUDA_HOME is None or not os.path.exists("nvcc_steps.py"):
@@ -144,8 +146,9 @@ def nvcc_in_steps(jobs: int) -> None:
     with open(wrapper, "w") as f:
         f.write(f"#!/bin/sh\nexec '{sys.executable}' -I -B '{os.path.abspath('nvcc_steps.py')}' \"$@\"\n")
     os.chmod(wrapper, 0o755)
+    real = os.environ.get("PYTORCH_NVCC") or os.path.join(ce.CUDA_HOME, "bin", "nvcc")
     os.environ["PYTORCH_NVCC"] = wrapper
-    os.environ["DISTRS_KB_NVCC"] = os.path.join(ce.CUDA_HOME, "bin", "nvcc")
+    os.environ["DISTRS_KB_NVCC"] = real
     os.environ["DISTRS_KB_NVCC_JOBS"] = str(jobs)
     os.environ["DISTRS_KB_NVCC_LOG"] = os.path.abspath("nvcc_steps.log")
 
@@ -207,6 +210,7 @@ def main() -> int:
     os.dup2(2, 1)  # the protocol keeps the original stdout; anything else printed goes to stderr
     import torch.utils.cpp_extension  # noqa: F401  (the start the host can make ahead of the job)
 
+    reply({"ready": True})
     line = sys.stdin.readline()
     started = time.monotonic()
     try:

@@ -64,6 +64,7 @@ MODULES = "kernel_modules"
 MAX_BUILD_CALLS = 8
 IMPORT, BUILD = "import", "build"  # the two kinds of jail a request starts
 PCH_WAIT_S = 3600.0  # how long a precompile waits for a CPU before it gives up
+STARTUP_S = 600.0  # a jail's interpreter importing torch (seconds; minutes on a loaded machine)
 BUILD_DISK_BYTES = 3072 * MiB  # a build: its sources, objects and the host side's precompiled header
 
 
@@ -201,7 +202,15 @@ class CompileHandler(KernelHandler):
                 env=jail_env(self._settings, build=True),
                 mounts=mounts,
             )
-            return Jail(s, helper, JailedChild(helper, 0), stack)
+            child = JailedChild(helper, 0)
+            stack.callback(child.close)
+            try:  # torch imported: ready for its request
+                hello = child.recv_object(time.monotonic() + STARTUP_S)
+            except (ChildGone, ChildTimeout) as e:
+                raise SandboxError(f"the {kind} jail did not start: {e or 'no answer'}") from None
+            if hello.get("ready") is not True:
+                raise SandboxError(f"the {kind} jail did not start: it said {str(hello)[:200]}")
+            return Jail(s, helper, child, stack)
         except BaseException:
             stack.close()
             raise

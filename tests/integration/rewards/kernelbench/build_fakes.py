@@ -19,14 +19,17 @@ from typing import Any
 
 from distrs.sandbox import Limits, RunResult, Termination
 
-# argv: kind log build_s reply. The import waits for candidate.py and asks for one build of its
-# text; a builder logs, works build_s seconds and replies (ok, or its CPU limit used).
+# argv: kind log build_s reply. The import (ready first, where it is started before its
+# candidate is written) waits for candidate.py and asks for one build of its text; a builder
+# says it is ready, logs, works build_s seconds and replies (ok, or its CPU limit used).
 CHILD = r"""
 import json, os, sys, time
 kind, log, build_s, reply = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 def send(o):
     sys.stdout.write(json.dumps(o) + "\n"); sys.stdout.flush()
 if kind == "import":
+    if not os.path.exists("candidate.py"):  # started ahead of its request: says it is ready
+        send({"ready": True})
     while not os.path.exists("candidate.py"):
         time.sleep(0.01)
     send({"build": {"name": "m", "cpp_sources": open("candidate.py").read(), "functions": ["f"]}})
@@ -36,6 +39,7 @@ if kind == "import":
             send({"done": True, "ok": bool(msg.get("ok")), "kind": "build", "message": msg.get("message", "")})
             break
 else:
+    send({"ready": True})
     sys.stdin.readline()
     with open(log, "a") as f:
         f.write(f"S {time.monotonic()}\n")
