@@ -169,7 +169,10 @@ def profile(build: dict[str, Any]) -> str:
     """A build's timeline in one line: ninja's jobs, then nvcc's steps (start-end, seconds)."""
     t = build.get("timeline") or {}
     jobs = ", ".join(f"{j['job']} {j['start']:.0f}-{j['end']:.0f}" for j in t.get("ninja", []))
-    steps = ", ".join(f"{s['step']} {s['start']:.0f}-{s['end']:.0f}" for s in t.get("nvcc", []))
+    steps = ", ".join(
+        f"{s['step']} {s['start']:.0f}-{s['end']:.0f} ({s.get('cpu_s') or 0:.0f} s CPU)"
+        for s in t.get("nvcc", [])
+    )
     return f"ninja: {jobs}" + (f"; nvcc steps: {steps}" if steps else "")
 
 

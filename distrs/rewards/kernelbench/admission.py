@@ -134,7 +134,7 @@ class CpuSlots:
 
     def _try(self, need: int) -> list[int] | None:
         """``need`` CPU locks taken at once, or None (nothing held)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         held: list[int] = []
         try:

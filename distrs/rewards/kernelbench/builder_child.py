@@ -165,7 +165,14 @@ def timeline(started: float) -> dict[str, object]:
     with contextlib.suppress(OSError, ValueError):
         for line in pathlib.Path("nvcc_steps.log").read_text().splitlines():
             s = json.loads(line)
-            steps.append({"step": s["step"], "start": s["start"] - started, "end": s["end"] - started})
+            steps.append(
+                {
+                    "step": s["step"],
+                    "start": s["start"] - started,
+                    "end": s["end"] - started,
+                    "cpu_s": s.get("cpu_s"),
+                }
+            )
     return {"ninja": jobs, "nvcc": steps}
 
 

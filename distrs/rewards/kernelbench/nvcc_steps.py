@@ -38,7 +38,7 @@ Anything this program does not recognise in the dry run (another mode than ``-c`
 order it does not know, relocatable device code) runs nvcc itself, unchanged: the same result,
 without the overlap. Standard library only; run as ``python -I -B nvcc_steps.py ARGS...`` with the
 real nvcc in ``DISTRS_KB_NVCC``; where ``DISTRS_KB_NVCC_LOG`` names a file, each step's kind, start
-and end (monotonic seconds) are appended to it as JSON lines.
+and end (monotonic seconds) and CPU time are appended to it as JSON lines.
 """
 
 from __future__ import annotations
@@ -209,6 +209,26 @@ def write_deps(path: str, target: str, parts: list[str]) -> None:
         f.write(f"{target} : " + " \\\n    ".join(files) + "\n")
 
 
+def _collect(p: subprocess.Popen[bytes]) -> tuple[bytes, bytes, float]:
+    """A started step's stdout, stderr and CPU time (with its children's), once it has ended."""
+    got: dict[str, bytes] = {}
+
+    def drain(name: str, stream: object) -> None:
+        got[name] = stream.read()  # type: ignore[attr-defined]
+
+    readers = [threading.Thread(target=drain, args=(n, f)) for n, f in (("out", p.stdout), ("err", p.stderr))]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    for f in (p.stdout, p.stderr):
+        if f is not None:
+            f.close()
+    return got.get("out", b""), got.get("err", b""), ru.ru_utime + ru.ru_stime
+
+
 class Runner:
     """Runs steps, at most ``jobs`` at once, keeping each one's output for nvcc's order."""
 
@@ -219,7 +239,8 @@ class Runner:
         self._procs: set[subprocess.Popen[bytes]] = set()
         self.results: dict[int, tuple[int, bytes, bytes]] = {}
         self.ran: list[list[str]] = []  # every command run, in the order started
-        self.times: list[tuple[str, float, float]] = []  # (kind, start, end) of each, monotonic
+        # (kind, start, end, CPU seconds) of each: monotonic clock; CPU with the step's children
+        self.times: list[tuple[str, float, float, float]] = []
         self.notes: dict[int, bytes] = {}  # a step's messages printed before its own (a precompile's)
         self.stopped = False
 
@@ -238,11 +259,11 @@ class Runner:
                     stderr=subprocess.PIPE,
                 )
                 self._procs.add(p)
-            out, err = p.communicate()
+            out, err, cpu = _collect(p)
             with self._lock:
                 self._procs.discard(p)
         self.results[step.index] = (p.returncode, out, err)
-        self.times.append((step.kind, began, time.monotonic()))
+        self.times.append((step.kind, began, time.monotonic(), cpu))
         return p.returncode
 
     def stop(self) -> None:
@@ -455,7 +476,10 @@ def main(argv: list[str]) -> int:
         log = os.environ.get("DISTRS_KB_NVCC_LOG")
         if log:  # where the time went, for the builder's reply (benchmarks/compile.py reads it)
             with contextlib.suppress(OSError), open(log, "a") as f:
-                f.writelines(json.dumps({"step": k, "start": a, "end": b}) + "\n" for k, a, b in runner.times)
+                f.writelines(
+                    json.dumps({"step": k, "start": a, "end": b, "cpu_s": round(c, 2)}) + "\n"
+                    for k, a, b, c in runner.times
+                )
 
 
 if __name__ == "__main__":
