@@ -65,7 +65,7 @@ MAX_BUILD_CALLS = 8
 IMPORT, BUILD = "import", "build"  # the two kinds of jail a request starts
 PCH_WAIT_S = 3600.0  # how long a precompile waits for a CPU before it gives up
 STARTUP_S = 600.0  # a jail's interpreter importing torch (seconds; minutes on a loaded machine)
-BUILD_DISK_BYTES = 3072 * MiB  # a build: its sources, objects and the host side's precompiled header
+BUILD_DISK_BYTES = 2048 * MiB  # a build's sources, nvcc's intermediates and objects
 
 
 def child_files(*names: str) -> dict[str, bytes]:
@@ -96,7 +96,7 @@ def build_limits(settings: KernelSettings, wall_s: float) -> Limits:
         memory_bytes=settings.compile_memory_mb * MiB,
         memory_kind=MemoryKind.DATA,
         nproc=512,
-        fsize_bytes=2048 * MiB,  # a precompiled header of torch is about 0.8-1 GB
+        fsize_bytes=1024 * MiB,
         nofile=1024,
         output_bytes=256 * 1024,
         tmpfs_bytes=1024 * MiB,

@@ -3,8 +3,8 @@
 torch's ``load_inline`` compiles each ``.cu`` file with one ``nvcc -c`` (ninja's ``cuda_compile``
 rule), and nvcc runs its steps one after another. For a file that includes
 ``<torch/extension.h>`` two of them parse all of torch's headers: ``cudafe++`` (the host side's
-front end, about 40 s of CPU on a 2-core machine) and ``cicc`` (the device side's, about 67 s),
-then the host compiler compiles ``cudafe++``'s output (about 33 s). What each step needs:
+front end, about 40 s of CPU on this repository's 2-core machine) and ``cicc`` (the device side's,
+45-65 s), then the host compiler compiles ``cudafe++``'s output (about 33 s). What each needs:
 
 * ``gcc -E`` twice: the device view (``-D__CUDA_ARCH__=...``, one per architecture) and the host
   view of the source. Independent.
@@ -16,18 +16,14 @@ then the host compiler compiles ``cudafe++``'s output (about 33 s). What each st
   source of a fat binary, which the stub includes too.
 * the host compile (``gcc -c``) of ``cudafe++``'s output needs all of the above.
 
-So the one link between the two front ends is the module id, and the host compile waits only
-for the few lines at the end of its source that include the device side's stub. cicc can derive it itself, the same
+So the one link between the two front ends is the module id. cicc can derive it itself, the same
 way (``--gen_module_id_file``): here each cicc writes its own to a file of its own, beside
 cudafe++ writing nvcc's, so cicc and cudafe++ run at once; before anything uses their outputs the
 ids are compared. Equal (they are derived from the same source), every output is what nvcc's order
-makes; different, that cicc runs again nvcc's way, reading cudafe++'s id. And once cudafe++ is
-done, the part of its host source before the stub (nearly all of it: torch's headers, the
-candidate's host code) is precompiled as a header, by the host compiler with the host compile's
-own flags, while cicc still runs; the source then includes that header and the host compile after
-fatbinary loads it instead of parsing it again. g++ builds the same object from it (a precompiled
-header can only be used where it was made with the same flags and the same text precedes it; a
-header that fails to precompile leaves the source as it was). The steps themselves are
+makes; different, that cicc runs again nvcc's way, reading cudafe++'s id. (The host compile stays
+last and whole: precompiling its source's part before the stub beside cicc builds the same object,
+but making that header costs more CPU than the compile it shortens, about 50 s against 33 s for
+torch's headers, so it never made a build shorter.) The steps themselves are
 nvcc's: this program asks nvcc for them (``nvcc --dryrun`` with the same arguments, which prints
 each command with its flags, files and environment) and runs those commands, in an order their
 inputs allow, at most ``DISTRS_KB_NVCC_JOBS`` at once; their messages are printed in nvcc's order,
@@ -241,7 +237,6 @@ class Runner:
         self.ran: list[list[str]] = []  # every command run, in the order started
         # (kind, start, end, CPU seconds) of each: monotonic clock; CPU with the step's children
         self.times: list[tuple[str, float, float, float]] = []
-        self.notes: dict[int, bytes] = {}  # a step's messages printed before its own (a precompile's)
         self.stopped = False
 
     def run(self, step: Step, argv: list[str] | None = None) -> int:
@@ -295,16 +290,11 @@ def execute(plan: Plan, nvcc_argv: Sequence[str], jobs: int, runner: Runner | No
     cudafe = next(s for s in steps if s.kind == "cudafe")
     ciccs = [s for s in steps if s.kind == "cicc"]
 
-    compile_step = steps[-1]
-
     def front_end(s: Step) -> None:
         if s.kind == "cudafe":
             if runner.run(s) != 0:
                 runner.stop()  # nvcc would not have started cicc: its messages are cudafe++'s
                 return
-            split = host_split(compile_step, option(s.argv, "--stub_file_name") or "")
-            if split is not None:
-                precompile_host(runner, compile_step, split)
             return
         if runner.run(s, own_id(s.argv, plan.cicc_ids[s.index])) == 0:
             for p in steps:
@@ -331,65 +321,6 @@ def execute(plan: Plan, nvcc_argv: Sequence[str], jobs: int, runner: Runner | No
         elif s.kind in ("fatbinary", "compile") and runner.run(s) != 0:
             break
     return _report(runner, steps)
-
-
-@dataclass
-class HostSplit:
-    """The host compile's source cut before the device side's stub (which includes the fat
-    binary): ``header`` holds what comes before it, ``rest`` the rest."""
-
-    header: str
-    rest: str
-
-
-def host_split(compile_step: Step, stub: str) -> HostSplit | None:
-    """Where cudafe++'s host source includes the stub (``# 1 "STUB"`` then ``#include "STUB"``),
-    the text before that, written to a header beside it; None where the source is not so."""
-    source = compile_step.inp
-    if not source or not stub or not source.endswith(".cpp"):
-        return None
-    text = _read(source)
-    marker = f'\n# 1 "{stub}"\n'
-    cut = text.find(marker)
-    if cut < 0 or f'#include "{stub}"' not in text[cut:]:
-        return None
-    header = source[: -len(".cpp")] + ".prefix.h"
-    with open(header, "w") as f:
-        f.write(text[: cut + 1])
-    return HostSplit(header, text[cut + 1 :])
-
-
-def pch_argv(argv: list[str], source: str, header: str) -> list[str] | None:
-    """The host compile's command made into the precompile of ``header`` (same flags)."""
-    out = list(argv)
-    try:
-        out.remove("-c")
-        x = out.index("-x")
-        if out[x + 1] != "c++":
-            return None
-        out[x + 1] = "c++-header"
-        out[out.index(source)] = header
-        out[out.index("-o") + 1] = header + ".gch"
-    except ValueError:
-        return None
-    return out
-
-
-def precompile_host(runner: Runner, compile_step: Step, split: HostSplit) -> None:
-    """Precompile the host source's part before the stub while the device side runs, then make
-    the source include it: the host compile after fatbinary then loads it instead of parsing
-    that part (g++ gives the same object; where the header does not precompile the source is
-    left as it was)."""
-    assert compile_step.inp is not None
-    argv = pch_argv(compile_step.argv, compile_step.inp, split.header)
-    pch = Step("host-pch", argv or [], -1 - compile_step.index)
-    if argv is None or runner.run(pch) != 0:
-        runner.results.pop(pch.index, None)
-        _remove(split.header + ".gch")
-        return
-    with open(compile_step.inp, "w") as f:
-        f.write(f'#include "{os.path.basename(split.header)}"\n' + split.rest)
-    runner.notes[compile_step.index] = runner.results.pop(pch.index)[2]
 
 
 def temporaries(plan: Plan) -> set[str]:
@@ -423,7 +354,7 @@ def _report(runner: Runner, steps: list[Step], upto: int | None = None) -> int:
             continue
         code, out, err = runner.results[s.index]
         sys.stdout.buffer.write(out)
-        sys.stderr.buffer.write(runner.notes.get(s.index, b"") + err)
+        sys.stderr.buffer.write(err)
         if code != 0:
             sys.stdout.flush()
             sys.stderr.flush()
