@@ -25,6 +25,8 @@ volume). One of them makes each header; the others wait for it:
   when the process dies, however it dies). A lock the waiter gets on a claim still linked at its
   name is a claim whose holder died mid-build: the waiter takes it over (it now holds the lock on
   the claim in place), removes the half-made build directories of that key and builds itself.
+  The claim also names its holder (host, pid, start time): a holder on this host that still runs
+  keeps its claim even where the lock came free, as on a filesystem whose ``flock`` does nothing.
 * **A failed build is not retried by every waiter in turn.** A claim removed by its holder with
   no header published means the build failed there; the waiters give up too (compiles go on
   without the header) instead of each failing the same way again.
@@ -61,6 +63,15 @@ def pch_key(kind: str, toolchain: str, flags: Sequence[str]) -> str:
     return hashlib.sha256(json.dumps([kind, toolchain, list(flags)]).encode()).hexdigest()[:32]
 
 
+def _started(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot, from /proc), or "" where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
 class Claim:
     """The lock on ``.KEY.claim``: held by exactly one live process per key."""
 
@@ -75,7 +86,7 @@ class Claim:
         fd = os.open(aside, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # locked before anyone can open it under its name
-            os.write(fd, f"{socket.gethostname()} {os.getpid()} {time.time():.0f}\n".encode())
+            os.write(fd, f"{socket.gethostname()} {os.getpid()} {_started(os.getpid())}\n".encode())
             try:
                 os.link(aside, path)
             except FileExistsError:
@@ -110,7 +121,19 @@ class Claim:
         if not same:  # released (unlinked, then unlocked) by a holder that finished
             os.close(fd)
             return None
-        return cls(path, fd)
+        claim = cls(path, fd)
+        if claim.holder_alive():  # its lock is free, yet it lives: a filesystem whose flock does nothing
+            os.close(fd)
+            return None
+        return claim
+
+    def holder_alive(self) -> bool:
+        """Whether the process that wrote the claim still runs on this host (same pid, same start)."""
+        parts = self.holder().split()
+        if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+            return False
+        started = _started(int(parts[1]))
+        return started != "" and started == parts[2]
 
     def holder(self) -> str:
         with contextlib.suppress(OSError):

@@ -103,3 +103,16 @@ def test_a_waiter_gets_the_header_another_process_published(tmp_path: Path) -> N
     other.rename(tmp_path / key)  # what the holder does: publish, then release
     holder.release()
     assert s.get(["-O2"], wait=True, wait_s=5) == str(tmp_path / key) and made.runs == 0
+
+
+def test_a_claim_whose_holder_lives_is_not_taken_over_even_with_its_lock_free(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    claim = tmp_path / ".k.claim"  # as written on a filesystem whose flock does nothing
+    claim.write_text(f"{socket.gethostname()} {os.getpid()} {pch_store._started(os.getpid())}\n")
+    assert pch_store.Claim.take_over(claim) is None
+    claim.write_text(f"{socket.gethostname()} {os.getpid()} 1\n")  # that pid, started at another time
+    stale = pch_store.Claim.take_over(claim)
+    assert stale is not None
+    stale.release()
