@@ -5,6 +5,8 @@ half-made build removed; a live claim is waited for (boundedly) and never built 
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -106,9 +108,6 @@ def test_a_waiter_gets_the_header_another_process_published(tmp_path: Path) -> N
 
 
 def test_a_claim_whose_holder_lives_is_not_taken_over_even_with_its_lock_free(tmp_path: Path) -> None:
-    import os
-    import socket
-
     claim = tmp_path / ".k.claim"  # as written on a filesystem whose flock does nothing
     claim.write_text(f"{socket.gethostname()} {os.getpid()} {pch_store._started(os.getpid())}\n")
     assert pch_store.Claim.take_over(claim) is None
