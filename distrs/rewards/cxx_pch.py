@@ -109,6 +109,7 @@ def precompile(cxx: str, flags: Sequence[str], out: Path) -> bool:
         def run(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
                 [compiler, *flags, *args],
+                stdin=subprocess.DEVNULL,
                 cwd=tmp,
                 env=env,
                 capture_output=True,

@@ -29,7 +29,7 @@ def test_defaults_have_the_documented_pipelines() -> None:
         "synthetic": ["compile", "execute"],
     }
     assert t.stages["execute"].resource is ResourceClass.GPU and t.stages["execute"].cost == 8
-    assert t.timeouts_from("cuda", "compile") == 180.0 and t.next_stage("cuda", "execute") is None
+    assert t.timeouts_from("cuda", "compile") == 660.0 and t.next_stage("cuda", "execute") is None
 
 
 def test_file_overrides_merge_over_defaults(tmp_path: Path) -> None:

@@ -131,7 +131,8 @@ def test_run_once_reports_next_with_artifacts_and_timeout_from_stage() -> None:
     assert w.run_once() is True
     ((lid, body),) = proxy.completed
     assert lid == "L1" and body["outcome"] == "next" and body["artifacts"] == {"bin": "QUJD"}
-    assert h.seen[0].timeout_s == 120.0  # the compile stage's timeout from the pipeline table
+    compile_s = load_pipelines().stages["compile"].timeout_s
+    assert h.seen[0].timeout_s == compile_s  # the compile stage's timeout from the pipeline table
     assert w.run_once() is False
 
 
