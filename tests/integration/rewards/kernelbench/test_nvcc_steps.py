@@ -18,6 +18,7 @@ import pytest
 
 from distrs.rewards.kernelbench import nvcc_steps
 from distrs.rewards.kernelbench.settings import KernelSettings
+from distrs.rewards.kernelbench.toolchain import cuda_toolkit_of
 from tests.requirements import need
 
 SCRIPT = Path(nvcc_steps.__file__)
@@ -48,8 +49,9 @@ TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
 
 @pytest.fixture(scope="module")
 def nvcc() -> str:
-    path = os.path.join(KernelSettings().cuda_home, "bin", "nvcc")
-    need("nvcc", "the CUDA build steps are nvcc's", found=os.path.exists(path), detail=path)
+    tk = cuda_toolkit_of(KernelSettings())  # the compile stage's own resolution of its nvcc
+    path = tk.nvcc if tk is not None else "nvcc"
+    need("nvcc", "the CUDA build steps are nvcc's", found=tk is not None, detail=path)
     need("g++", "nvcc's host compiler", found=shutil.which("g++"))
     return path
 
