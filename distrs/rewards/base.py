@@ -58,6 +58,11 @@ class StageHandler(Protocol):
 
     def run(self, inp: StageInput) -> StageOutput: ...
 
+    # Optional: ``absent() -> str | None``, what this worker's install lacks to serve the type at
+    # all (a compiler not in the image), known at start. A worker serving every type of its stage
+    # by default leaves such a type out and logs why, rather than being unready for all of them;
+    # a worker told to serve the type stays unready (``ready``) and says so.
+
 
 # What the registry (``distrs.rewards.registry``) holds per (reward type, stage).
 HandlerFactory = Callable[[], StageHandler]

@@ -96,6 +96,12 @@ class CompileHandler(judged_handler.CompileHandler):
         s = self._settings
         return _toolkit(s.nvcc, s.cuda_home, os.environ.get("CUDA_HOME", ""), os.environ.get("PATH", ""))
 
+    def absent(self) -> str | None:
+        """No CUDA toolkit in this install: a compile pool built without one serves the other types."""
+        if self.toolkit() is None:
+            return cuda_toolkit.missing(self._settings.nvcc, self._settings.cuda_home)
+        return None
+
     def ready(self) -> tuple[bool, str]:
         if self.toolkit() is None:
             return False, cuda_toolkit.missing(self._settings.nvcc, self._settings.cuda_home)

@@ -95,6 +95,7 @@ class Worker:
         self.table = table
         self.worker_id = worker_id or default_worker_id()
         serving = [t for t, rt in table.reward_types.items() if stage in rt.stages]
+        reward_types_defaulted = reward_types is None
         if reward_types is None:  # every type of the stage, less those whose optional extra is missing
             missing = {t: why for t in serving if (why := missing_extra(t)) is not None}
             for t, why in missing.items():
@@ -115,6 +116,13 @@ class Worker:
         for t in self.reward_types:
             if (t, stage) in known:
                 self._handlers[t] = handler_for(t, stage)
+        if reward_types_defaulted:  # a type whose tool this worker lacks is left out, as above
+            for t, h in list(self._handlers.items()):
+                absent = getattr(h, "absent", None)
+                if absent is not None and (why := absent()) is not None:
+                    log.info("worker does not serve %r: %s", t, why)
+                    del self._handlers[t]
+                    self.reward_types.remove(t)
         self.busy = False
         self.gpu = gpu
         self.metrics = metrics

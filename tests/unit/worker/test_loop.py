@@ -164,6 +164,35 @@ def test_not_ready_handler_makes_worker_not_ready() -> None:
     assert not ok and "no GPU" in why
 
 
+class Toolless(Handler):
+    """A handler whose tool this install lacks (a compile image without nvcc)."""
+
+    def absent(self) -> str | None:
+        return "no CUDA compiler"
+
+
+def test_a_default_worker_leaves_out_a_type_whose_tool_is_absent(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO")
+    plain, toolless = Handler(StageOutput.next()), Toolless(StageOutput.next(), ready=(False, "no CUDA compiler"))
+    w = Worker(
+        "compile",
+        FakeProxy([]),
+        load_pipelines(),
+        worker_id="w1",
+        handler_for=lambda t, s: toolless if t == "cuda" else plain,
+    )
+    assert "cuda" not in w.reward_types and w.reward_types  # the stage's other types are served
+    assert w.readiness() == (True, "")
+    assert any("does not serve 'cuda'" in r.getMessage() for r in caplog.records)
+
+
+def test_a_worker_told_to_serve_a_toolless_type_stays_unready() -> None:
+    w = make(FakeProxy([]), Toolless(StageOutput.next(), ready=(False, "no CUDA compiler")), types=["cuda"])
+    assert w.reward_types == ["cuda"]
+    ok, why = w.readiness()
+    assert not ok and "no CUDA compiler" in why
+
+
 def test_a_not_ready_worker_logs_its_reason_once_and_takes_no_work(caplog: pytest.LogCaptureFixture) -> None:
     proxy = FakeProxy([{"lease_id": "l1"}])
     w = make(proxy, Handler(StageOutput.next(), ready=(False, "SANDBOX UNAVAILABLE: no namespaces")))
