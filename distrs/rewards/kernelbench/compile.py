@@ -41,10 +41,16 @@ from pathlib import Path
 from typing import Any
 
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.base import (
+    MAX_BINARY_BYTES,
+    InvalidPayload,
+    MiB,
+    StageInput,
+    StageOutput,
+    snippet,
+    stage_budget,
+)
 from distrs.rewards.compile_cache import CompileCache
-from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import MAX_BINARY_BYTES, InvalidPayload, MiB, snippet, stage_budget
 from distrs.rewards.kernelbench import admission, callkey
 from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
 from distrs.rewards.kernelbench.handler_base import KernelHandler
@@ -54,7 +60,6 @@ from distrs.rewards.kernelbench.payload import KernelPayload, parse_payload
 from distrs.rewards.kernelbench.pch import GCH_MAX_BYTES, PchStore
 from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.rewards.kernelbench.static_checks import StaticReport, check_source
-from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts, toolchain_key
 from distrs.rewards.kernelbench.warm import Jail, WarmJails
 from distrs.sandbox import Limits, MemoryKind, Sandbox, SandboxError
 
@@ -129,7 +134,7 @@ class CompileHandler(KernelHandler):
         self.warm.close()
 
     def _toolchain(self) -> str:
-        return toolchain_key(self._settings.model_dump_json())
+        return self.toolchain.key()
 
     def pch(self) -> PchStore | None:
         """The precompiled headers of this handler (None where turned off)."""
@@ -153,15 +158,15 @@ class CompileHandler(KernelHandler):
             cpu.release()
 
     def _precompile_admitted(self, extra_cflags: list[str], out: Path) -> bool:
-        exe, _ = interpreter(self._settings.python)
+        exe, _ = self.toolchain.python.get()
         with self.sandbox.session(disk_bytes=GCH_MAX_BYTES + 256 * MiB) as s:
             s.write_file("builder_child.py", child_files("builder_child.py")["builder_child.py"])
             r = s.run(
                 [exe, "-I", "-B", "builder_child.py", "--pch"],
                 limits=build_limits(self._settings, 1800.0),
                 stdin=json.dumps(extra_cflags).encode(),
-                env=jail_env(self._settings, build=True),
-                mounts=jail_mounts(self._settings),
+                env=self.toolchain.jail_env(build=True),
+                mounts=self.toolchain.jail_mounts(),
             )
             last = _last_json(r.stdout)
             if not last.get("ok"):
@@ -181,15 +186,15 @@ class CompileHandler(KernelHandler):
     def _start_jail(self, kind: str) -> Jail:
         """A session with ``kind``'s child started in it: ``build_child.py`` for the candidate's
         import, ``builder_child.py`` for one clean build (it sees the precompiled headers' root)."""
-        exe, _ = interpreter(self._settings.python)
+        exe, _ = self.toolchain.python.get()
         stack = ExitStack()
         try:
             if kind == IMPORT:
                 s = stack.enter_context(self.sandbox.session(disk_bytes=256 * MiB))
-                names, mounts = ("build_child.py", "callkey.py"), jail_mounts(self._settings)
+                names, mounts = ("build_child.py", "callkey.py"), self.toolchain.jail_mounts()
             else:
                 s = stack.enter_context(self.sandbox.session(disk_bytes=BUILD_DISK_BYTES))
-                names, mounts = ("builder_child.py", "nvcc_steps.py"), jail_mounts(self._settings)
+                names, mounts = ("builder_child.py", "nvcc_steps.py"), self.toolchain.jail_mounts()
                 store = self.pch()
                 if store is not None:  # headers made later appear in it: the jail binds the root
                     store.root.mkdir(parents=True, exist_ok=True)
@@ -199,7 +204,7 @@ class CompileHandler(KernelHandler):
             helper = s.start(
                 [exe, "-I", "-B", names[0]],
                 limits=build_limits(self._settings, self._settings.compile_time_s),
-                env=jail_env(self._settings, build=True),
+                env=self.toolchain.jail_env(build=True),
                 mounts=mounts,
             )
             child = JailedChild(helper, 0)

@@ -54,11 +54,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.base import InvalidPayload, MiB, StageInput, StageOutput, stage_budget
 from distrs.rewards.cuda import gpu_devices, gpu_mounts
 from distrs.rewards.gpu_env import timing_flags
-from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import InvalidPayload, MiB, stage_budget
 from distrs.rewards.kernelbench.compare import (
     BadTensors,
     Chunk,
@@ -78,7 +76,6 @@ from distrs.rewards.kernelbench.payload import KernelPayload, parse_payload
 from distrs.rewards.kernelbench.proof import kernel_ran
 from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.rewards.kernelbench.timing import Call, charge, digest_agrees, stats
-from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts
 from distrs.rewards.kernelbench.window import OutputWindow
 from distrs.sandbox import Limits, MemoryKind, Sandbox, SandboxError
 
@@ -235,7 +232,7 @@ class ExecuteHandler(KernelHandler):
     ) -> Child:
         """One judging process in a fresh jailed session holding ``files``."""
         s = self._settings
-        exe, _ = interpreter(s.python)
+        exe, _ = self.toolchain.python.get()
         session = stack.enter_context(self.sandbox.session(disk_bytes=256 * MiB))
         for name, data in files.items():
             session.write_file(name, data)
@@ -253,8 +250,8 @@ class ExecuteHandler(KernelHandler):
         helper = session.start(
             [exe, "-I", "-B", "run_child.py"],
             limits=limits,
-            env=jail_env(s, build=False),
-            mounts=jail_mounts(s, extra),
+            env=self.toolchain.jail_env(build=False),
+            mounts=self.toolchain.jail_mounts(extra),
             fds=fds,
         )
         child = JailedChild(helper, 0)
