@@ -16,6 +16,10 @@ class KernelHandler:
         self.toolchain = Toolchain(self._settings)
 
     @property
+    def settings(self) -> KernelSettings:
+        return self._settings
+
+    @property
     def sandbox(self) -> Sandbox:
         """The sandbox given at construction, else the worker's shared one."""
         return self._sandbox or sandboxes.shared()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from distrs.rewards.kernelbench import nvcc_steps
+from distrs.rewards.kernelbench.in_jail import nvcc_steps
 from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.rewards.kernelbench.toolchain import Toolchain
 from tests.requirements import need
