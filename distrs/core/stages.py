@@ -54,9 +54,7 @@ class PipelineTable:
     reward_types: dict[str, RewardType]
 
     def __post_init__(self) -> None:
-        for rt in self.reward_types.values():
-            if not rt.stages:
-                raise ValueError(f"reward type {rt.name!r} has no stages")
+        for rt in self.reward_types.values():  # a RewardType has stages, each once
             for s in rt.stages:
                 if s not in self.stages:
                     raise ValueError(f"reward type {rt.name!r} names unknown stage {s!r}")

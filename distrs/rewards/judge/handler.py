@@ -1,8 +1,9 @@
 """The skeleton every judged stage handler (``cpp``, ``python``, ``cuda``, the languages) shares.
 
 :class:`JudgedHandler` holds the sandbox (the worker's shared one unless given), the
-``DISTRS_JUDGE_*`` settings and the interpreter they name (asked once), is ready by default, and turns a malformed payload into an
-``invalid`` result before the stage's own :meth:`JudgedHandler.judge` sees it.
+``DISTRS_JUDGE_*`` settings and what the worker's image answers once (the interpreter they name,
+compiler identities, the C++ precompiled header), is ready by default, and turns a malformed
+payload into an ``invalid`` result before the stage's own :meth:`JudgedHandler.judge` sees it.
 
 :class:`CompileHandler` is the ``compile`` stage of the compiled types: it writes ``code`` to
 the type's source file, runs the type's compiler in the sandbox and ships the binary to the

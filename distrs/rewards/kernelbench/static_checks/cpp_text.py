@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import re
 
-_CPP_STREAM = re.compile(
+CPP_STREAM = re.compile(
     r"\b(cudaStreamCreate\w*|cuStreamCreate\w*|getStreamFromPool|getStreamFromExternal|setCurrentCUDAStream|cudaStreamPerThread)\b"
 )
-_CPP_THREAD = re.compile(
+CPP_THREAD = re.compile(
     r"(std::j?thread\b|std::async\b|\bpthread_create\b|"
     r"(?:\bstd::|(?<![\w:.>]))(?:fork|vfork|system|popen|posix_spawnp?|execv[pe]?|execl[pe]?)(?=\s*\())"
 )
 # C++ that reaches back into the Python interpreter or loads code at run time
-_CPP_TAMPER = re.compile(
+CPP_TAMPER = re.compile(
     r"(py::module_?::import\b|\bPyImport_\w+|\bPyObject_SetAttr\w*|\bPyRun_\w+|\bPyEval_\w+|"
     r"\bdlopen\b|\bdlsym\b|\.attr\s*\([^)]*\)\s*=(?!=))"
 )
-_CPP_ATEN_COMPUTE = re.compile(
+CPP_ATEN_COMPUTE = re.compile(
     r"\b(?:torch|at)::(matmul|mm|bmm|addmm|baddbmm|linear|conv\w*|relu|gelu|sigmoid|tanh|softmax|"
     r"log_softmax|layer_norm|batch_norm|group_norm|einsum|sum|mean|exp|max_pool\w*|avg_pool\w*)\s*\("
 )

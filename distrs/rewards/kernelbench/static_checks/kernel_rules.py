@@ -7,11 +7,11 @@ from __future__ import annotations
 import ast
 
 from distrs.rewards.kernelbench.static_checks.cpp_text import (
-    _CPP_ATEN_COMPUTE,
-    _CPP_STREAM,
-    _CPP_TAMPER,
-    _CPP_THREAD,
+    CPP_ATEN_COMPUTE,
     CPP_FUNCTION_BODY,
+    CPP_STREAM,
+    CPP_TAMPER,
+    CPP_THREAD,
     global_kernel_names,
     strip_cpp_comments,
 )
@@ -106,10 +106,10 @@ class KernelRules:
         for line, raw in self.n.code_strings():
             text = strip_cpp_comments(raw)
             for pattern, check, what in (
-                (_CPP_STREAM, "extra_stream", "the C++/CUDA source uses {} (another stream)"),
-                (_CPP_THREAD, "threads", "the C++/CUDA source starts work with {}"),
-                (_CPP_TAMPER, "tampering", "the C++/CUDA source reaches into Python or loads code with {}"),
-                (_CPP_ATEN_COMPUTE, "torch_ops_in_extension", "the C++/CUDA source calls ATen op {}"),
+                (CPP_STREAM, "extra_stream", "the C++/CUDA source uses {} (another stream)"),
+                (CPP_THREAD, "threads", "the C++/CUDA source starts work with {}"),
+                (CPP_TAMPER, "tampering", "the C++/CUDA source reaches into Python or loads code with {}"),
+                (CPP_ATEN_COMPUTE, "torch_ops_in_extension", "the C++/CUDA source calls ATen op {}"),
             ):
                 for m in pattern.finditer(text):
                     token = m.group(0).rstrip("( \t\n")
