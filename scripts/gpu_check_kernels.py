@@ -138,13 +138,12 @@ def build_rows() -> list[tuple[str, dict[str, Any]]]:
 def build_candidates(cache_dir: str, arch: str, jobs: int, work: Path | None = None) -> dict[str, Any]:
     """Every candidate through the compile stage; the first builds, the rest hit the cache."""
     from distrs.rewards.kernelbench import CompileHandler
-    from distrs.rewards.kernelbench.toolchain import cuda_toolkit_of
 
     t0 = time.monotonic()
     settings = kernel_settings(cache_dir, arch, jobs)
     root = work or Path(tempfile.mkdtemp(prefix="distrs-gpu-check-build-"))
     handler = CompileHandler(local_sandbox(root / "build-sbx", HACK_UID_BASE + 8), settings)
-    tk = cuda_toolkit_of(settings)
+    tk = handler.toolchain.cuda_toolkit()
     out: dict[str, Any] = {
         "arch": arch,
         "cache_dir": cache_dir,

@@ -8,9 +8,9 @@ formula, ``formulas.py``):
 2. Static checks (``static_checks.py``): a ``ModelNew`` and a custom kernel for the backend must
    exist; fallbacks, extra streams or threads and tampering are rejected (``compile_error``
    with ``detail.rejected``), suspicious patterns flagged for the execute stage to report.
-3. The candidate imported as KernelBench does (``build_child.py``, in the jail: importing it
+3. The candidate imported as KernelBench does (``import_candidate.py``, in the jail: importing it
    runs untrusted Python). Each ``load_inline`` call is built by the host in a clean jail of its
-   own (``builder_child.py``) for ``TORCH_CUDA_ARCH_LIST`` of the execute pool, or taken from the
+   own (``build_call.py``) for ``TORCH_CUDA_ARCH_LIST`` of the execute pool, or taken from the
    build cache (``module_cache.py``, keyed by the call and the toolchain); a compiler error is
    ``compile_error`` with the compiler's message.
 
@@ -41,35 +41,44 @@ from pathlib import Path
 from typing import Any
 
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.base import (
+    MAX_BINARY_BYTES,
+    InvalidPayload,
+    MiB,
+    StageInput,
+    StageOutput,
+    snippet,
+    stage_budget,
+)
 from distrs.rewards.compile_cache import CompileCache
-from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import MAX_BINARY_BYTES, InvalidPayload, MiB, snippet, stage_budget
-from distrs.rewards.kernelbench import admission, callkey
+from distrs.rewards.kernelbench import admission
 from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
 from distrs.rewards.kernelbench.handler_base import KernelHandler
+from distrs.rewards.kernelbench.in_jail import (
+    BUILD_CALL,
+    CALLKEY,
+    IMPORT_CANDIDATE,
+    NVCC_STEPS,
+    callkey,
+    programs,
+)
 from distrs.rewards.kernelbench.jailed import ChildGone, ChildTimeout, JailedChild
 from distrs.rewards.kernelbench.module_cache import BuildError, Built, ModuleCache
 from distrs.rewards.kernelbench.payload import KernelPayload, parse_payload
 from distrs.rewards.kernelbench.pch import GCH_MAX_BYTES, PchStore
 from distrs.rewards.kernelbench.settings import KernelSettings
-from distrs.rewards.kernelbench.static_checks import StaticReport, check_source
-from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts, toolchain_key
+from distrs.rewards.kernelbench.static_checks import check_source
+from distrs.rewards.kernelbench.static_checks.findings import StaticReport
 from distrs.rewards.kernelbench.warm import Jail, WarmJails
 from distrs.sandbox import Limits, MemoryKind, Sandbox, SandboxError
 
 log = logging.getLogger(__name__)
-HERE = Path(__file__).parent
 MODULES = "kernel_modules"
 MAX_BUILD_CALLS = 8
 IMPORT, BUILD = "import", "build"  # the two kinds of jail a request starts
 PCH_WAIT_S = 3600.0  # how long a precompile waits for a CPU before it gives up
 STARTUP_S = 600.0  # a jail's interpreter importing torch (seconds; minutes on a loaded machine)
 BUILD_DISK_BYTES = 2048 * MiB  # a build's sources, nvcc's intermediates and objects
-
-
-def child_files(*names: str) -> dict[str, bytes]:
-    return {n: (HERE / n).read_bytes() for n in names}
 
 
 def findings(items: Any) -> list[dict[str, str]]:
@@ -129,7 +138,7 @@ class CompileHandler(KernelHandler):
         self.warm.close()
 
     def _toolchain(self) -> str:
-        return toolchain_key(self._settings.model_dump_json())
+        return self.toolchain.key()
 
     def pch(self) -> PchStore | None:
         """The precompiled headers of this handler (None where turned off)."""
@@ -153,15 +162,15 @@ class CompileHandler(KernelHandler):
             cpu.release()
 
     def _precompile_admitted(self, extra_cflags: list[str], out: Path) -> bool:
-        exe, _ = interpreter(self._settings.python)
+        exe, _ = self.toolchain.python.get()
         with self.sandbox.session(disk_bytes=GCH_MAX_BYTES + 256 * MiB) as s:
-            s.write_file("builder_child.py", child_files("builder_child.py")["builder_child.py"])
+            s.write_file(BUILD_CALL, programs(BUILD_CALL)[BUILD_CALL])
             r = s.run(
-                [exe, "-I", "-B", "builder_child.py", "--pch"],
+                [exe, "-I", "-B", BUILD_CALL, "--pch"],
                 limits=build_limits(self._settings, 1800.0),
                 stdin=json.dumps(extra_cflags).encode(),
-                env=jail_env(self._settings, build=True),
-                mounts=jail_mounts(self._settings),
+                env=self.toolchain.jail_env(build=True),
+                mounts=self.toolchain.jail_mounts(),
             )
             last = _last_json(r.stdout)
             if not last.get("ok"):
@@ -179,27 +188,27 @@ class CompileHandler(KernelHandler):
         return True
 
     def _start_jail(self, kind: str) -> Jail:
-        """A session with ``kind``'s child started in it: ``build_child.py`` for the candidate's
-        import, ``builder_child.py`` for one clean build (it sees the precompiled headers' root)."""
-        exe, _ = interpreter(self._settings.python)
+        """A session with ``kind``'s child started in it: ``import_candidate.py`` for the candidate's
+        import, ``build_call.py`` for one clean build (it sees the precompiled headers' root)."""
+        exe, _ = self.toolchain.python.get()
         stack = ExitStack()
         try:
             if kind == IMPORT:
                 s = stack.enter_context(self.sandbox.session(disk_bytes=256 * MiB))
-                names, mounts = ("build_child.py", "callkey.py"), jail_mounts(self._settings)
+                names, mounts = (IMPORT_CANDIDATE, CALLKEY), self.toolchain.jail_mounts()
             else:
                 s = stack.enter_context(self.sandbox.session(disk_bytes=BUILD_DISK_BYTES))
-                names, mounts = ("builder_child.py", "nvcc_steps.py"), jail_mounts(self._settings)
+                names, mounts = (BUILD_CALL, NVCC_STEPS), self.toolchain.jail_mounts()
                 store = self.pch()
                 if store is not None:  # headers made later appear in it: the jail binds the root
                     store.root.mkdir(parents=True, exist_ok=True)
                     mounts = replace(mounts, ro_paths=(*mounts.ro_paths, str(store.root)))
-            for name, data in child_files(*names).items():
+            for name, data in programs(*names).items():
                 s.write_file(name, data)
             helper = s.start(
                 [exe, "-I", "-B", names[0]],
                 limits=build_limits(self._settings, self._settings.compile_time_s),
-                env=jail_env(self._settings, build=True),
+                env=self.toolchain.jail_env(build=True),
                 mounts=mounts,
             )
             child = JailedChild(helper, 0)

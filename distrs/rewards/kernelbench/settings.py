@@ -1,8 +1,7 @@
-"""Settings of the ``kernelbench`` reward type (``DISTRS_KERNELS_*``), built once per worker."""
+"""Settings of the ``kernelbench`` reward type (``DISTRS_KERNELS_*``), built once per worker (the
+type's descriptor names the class; the registry passes one instance to both stage handlers)."""
 
 from __future__ import annotations
-
-import functools
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -113,8 +112,3 @@ class KernelSettings(BaseSettings):
         default=10.0, gt=1, description="Speedups above this are flagged (KernelBench's threshold)."
     )
     threads: int = Field(default=1, ge=1, description="torch CPU threads in a judging process (device cpu).")
-
-
-@functools.cache
-def kernel_settings() -> KernelSettings:
-    return KernelSettings()

@@ -1,8 +1,8 @@
 """Jails started ahead of their request, while the worker is idle.
 
 A compile request starts two jailed interpreters that import torch before anything else: the
-candidate's import (``build_child.py``) and the clean build of its ``load_inline`` call
-(``builder_child.py``). Each start is a jail and a torch import, seconds of CPU on the request's
+candidate's import (``import_candidate.py``) and the clean build of its ``load_inline`` call
+(``build_call.py``). Each start is a jail and a torch import, seconds of CPU on the request's
 critical path. So a compile handler keeps one of each ready: started in the background when the
 worker is idle (a worker checks its handlers' readiness before each lease it waits for, and that
 check starts what is missing), each in a session of its own, its child blocked on its first stdin

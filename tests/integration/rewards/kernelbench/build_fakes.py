@@ -81,7 +81,7 @@ class FakeSession:
         return p.read_bytes() if p.is_file() else None
 
     def start(self, argv: Sequence[str], *, limits: Limits, **kw: Any) -> FakeHelper:
-        kind = "build" if "builder_child.py" in argv else "import"
+        kind = "build" if "build_call.py" in argv else "import"
         args = [kind, str(self.box.log), str(self.box.build_s), json.dumps(self.box.reply)]
         proc = subprocess.Popen(
             [sys.executable, "-c", CHILD, *args], cwd=self.path, stdin=subprocess.PIPE, stdout=subprocess.PIPE

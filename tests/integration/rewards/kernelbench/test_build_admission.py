@@ -16,7 +16,7 @@ from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.kernelbench import CompileHandler
 from distrs.rewards.kernelbench.settings import KernelSettings
-from distrs.rewards.kernelbench.toolchain import probe
+from distrs.rewards.kernelbench.toolchain import Toolchain
 from tests.fixtures.kernel_problems import HONEST
 from tests.integration.rewards.kernelbench.build_fakes import FakeSandbox
 
@@ -47,10 +47,12 @@ def compile_one(h: CompileHandler, source: str, timeout_s: float = 60.0) -> Stag
 def test_builds_wait_for_cpus_and_none_is_charged_the_wait(tmp_path: Path) -> None:
     box = FakeSandbox(tmp_path, build_s=0.4)  # six builds, two CPUs: the last admitted after 0.8 s
     outs: list[StageOutput] = []
-    probe("")  # the toolchain's identity, asked once for all six handlers
+    toolchain = Toolchain(settings(tmp_path))
+    toolchain.key()  # the toolchain's identity, asked once for all six handlers
 
     def worker(i: int) -> None:  # one compile worker, with its own handler, per candidate
         h = CompileHandler(box, settings(tmp_path))  # type: ignore[arg-type]
+        h.toolchain = toolchain
         outs.append(compile_one(h, candidate(i)))
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]

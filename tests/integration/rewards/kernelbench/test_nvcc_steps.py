@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from distrs.rewards.kernelbench import nvcc_steps
+from distrs.rewards.kernelbench.in_jail import nvcc_steps
 from distrs.rewards.kernelbench.settings import KernelSettings
-from distrs.rewards.kernelbench.toolchain import cuda_toolkit_of
+from distrs.rewards.kernelbench.toolchain import Toolchain
 from tests.requirements import need
 
 SCRIPT = Path(nvcc_steps.__file__)
@@ -49,7 +49,7 @@ TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
 
 @pytest.fixture(scope="module")
 def nvcc() -> str:
-    tk = cuda_toolkit_of(KernelSettings())  # the compile stage's own resolution of its nvcc
+    tk = Toolchain(KernelSettings()).cuda_toolkit()  # the compile stage's own resolution of its nvcc
     path = tk.nvcc if tk is not None else "nvcc"
     need("nvcc", "the CUDA build steps are nvcc's", found=tk is not None, detail=path)
     need("g++", "nvcc's host compiler", found=shutil.which("g++"))

@@ -1,6 +1,6 @@
 """Runs inside the compile jail: import the candidate as KernelBench does, with builds by the host.
 
-Run as ``python -I -B build_child.py``; it imports torch, says ``{"ready": true}`` and waits for
+Run as ``python -I -B import_candidate.py``; it imports torch, says ``{"ready": true}`` and waits for
 ``{"go": true}`` on stdin
 (so the worker can start it ahead of the request, ``warm.py``), then imports the candidate's
 source from ``candidate.py``. Importing the candidate runs its ``load_inline`` calls; this script

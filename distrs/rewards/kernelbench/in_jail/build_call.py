@@ -1,6 +1,6 @@
 """Runs inside a clean build jail: one ``load_inline`` call, and nothing of the candidate.
 
-Run as ``python -I -B builder_child.py``. It imports torch's extension builder first, which is
+Run as ``python -I -B build_call.py``. It imports torch's extension builder first, which is
 most of its start, says ``{"ready": true}`` and only then reads its job, one JSON line on stdin,
 so the worker can start it ahead of the request (``warm.py``)::
 
@@ -25,7 +25,7 @@ or ``{"ok": false, "message": ..., "cpu_s": S, "cpu_exceeded": bool}``.
 * ``split``: ninja runs ``nvcc_steps.py`` in nvcc's place (torch's ``PYTORCH_NVCC``): nvcc's own
   steps, with its device and host chains at once (see there).
 
-``python -I -B builder_child.py --pch`` with the extra C++ flags (JSON list) on stdin precompiles
+``python -I -B build_call.py --pch`` with the extra C++ flags (JSON list) on stdin precompiles
 ``torch/extension.h`` with the flags torch uses for ``main.cpp`` into ``extension.h.gch`` (beside
 a copy of the header, ``extension.h``) in the work dir. Standard library and torch only.
 """
