@@ -173,7 +173,10 @@ class Toolless(Handler):
 
 def test_a_default_worker_leaves_out_a_type_whose_tool_is_absent(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO")
-    plain, toolless = Handler(StageOutput.next()), Toolless(StageOutput.next(), ready=(False, "no CUDA compiler"))
+    plain, toolless = (
+        Handler(StageOutput.next()),
+        Toolless(StageOutput.next(), ready=(False, "no CUDA compiler")),
+    )
     w = Worker(
         "compile",
         FakeProxy([]),
