@@ -219,6 +219,60 @@ def worker(
     w.run()
 
 
+@app.command("session-worker")
+def session_worker(
+    proxy: Annotated[str | None, typer.Option("--proxy", help="Proxy URL.")] = None,
+    workers: Annotated[int, typer.Option(help="Session workers in this process (threads).")] = 1,
+    control_stdin: Annotated[
+        bool, typer.Option(help="Read the number of workers from stdin, one per line (local actuator).")
+    ] = False,
+    lifeline_fd: Annotated[
+        int | None,
+        typer.Option(help="End at once, with every session, when this descriptor reads end of file."),
+    ] = None,
+    stop_grace_s: Annotated[
+        float, typer.Option(help="On SIGTERM, how long open sessions may go on before they are ended.")
+    ] = 25.0,
+    log_level: LogLevel = "info",
+) -> None:
+    """Hold stateful sessions (docs/sessions.md): poll for their calls, run them in their jails."""
+    from distrs.worker.isolation import enter
+
+    handed_token = enter()  # first, before any thread (see ``worker``)
+    if lifeline_fd is not None:
+        from distrs.worker.lifeline import end_tree, watch
+
+        try:
+            watch(lifeline_fd, end_tree)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--lifeline-fd") from e
+    from distrs.config import SessionSettings, WorkerSettings
+    from distrs.sandbox import shared
+    from distrs.worker.session_host import run_session_host
+    from distrs.worker.sessions import HttpSessionClient, SessionWorker
+
+    _setup_logging(log_level)
+    overrides: dict[str, Any] = {"proxy_url": proxy} if proxy else {}
+    s = WorkerSettings(**overrides)
+    ss = SessionSettings()
+    token = handed_token or s.read_token()
+
+    def make(worker_id: str) -> SessionWorker:
+        client = HttpSessionClient(s.proxy_url, token)
+        return SessionWorker(
+            worker_id,
+            client,
+            shared,
+            capacity=ss.per_worker,
+            slots=ss.exec_slots_per_worker,
+            poll_wait_s=ss.poll_wait_s,
+        )
+
+    run_session_host(
+        make, 0 if control_stdin else workers, sys.stdin if control_stdin else None, stop_grace_s
+    )
+
+
 def _gpu_guard(s: Any, table: Any, dev: str = "/dev") -> tuple[Any, Any]:
     """The GPU health guard and worker metrics of a GPU stage's worker on a machine with a GPU
     device node; (None, None) elsewhere (CPU stages, GPU stages run without a GPU for tests)."""

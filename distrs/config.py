@@ -361,3 +361,81 @@ class PlannerSettings(StoreSettings):
     leader_lease_duration_s: int = Field(
         15, ge=5, description="Lease duration; a silent leader is replaced after it."
     )
+
+
+class SessionSettings(BaseSettings):
+    """Stateful sessions (docs/sessions.md): the proxy's rules, the planner's pool, the workers'
+    room. One class for every process, read from ``DISTRS_SESSION_*``."""
+
+    model_config = SettingsConfigDict(env_prefix="DISTRS_SESSION_", extra="ignore")
+
+    enabled: bool = Field(
+        True, description="Serve /v1/sessions (the proxy) and run a session pool (distrs up)."
+    )
+    max_open_per_tenant: int = Field(
+        64, ge=0, description="Sessions a tenant may have open at once; 0 = none."
+    )
+    tenant_max_open: dict[str, int] = Field(
+        default_factory=dict,
+        description='Per-tenant quota of open sessions, JSON {"tenant": n} (0 = none); others get max_open_per_tenant.',
+    )
+    idle_timeout_s: float = Field(600.0, gt=0, description="Default idle time after which a session ends.")
+    max_idle_timeout_s: float = Field(
+        3600.0, gt=0, description="Largest idle_timeout_s a caller may ask for."
+    )
+    max_lifetime_s: float = Field(3600.0, gt=0, description="Default lifetime of a session.")
+    max_max_lifetime_s: float = Field(
+        86400.0, gt=0, description="Largest max_lifetime_s a caller may ask for."
+    )
+    exec_timeout_s: float = Field(30.0, gt=0, description="Default timeout_s of an exec.")
+    max_exec_timeout_s: float = Field(600.0, gt=0, description="Largest timeout_s of an exec.")
+    create_wait_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long POST /v1/sessions waits for a worker to open it (a pool scaled to zero starts one).",
+    )
+    op_grace_s: float = Field(
+        30.0,
+        gt=0,
+        description="A call's deadline past its own timeout (interrupt, kill, report; a create's jail start).",
+    )
+    worker_ttl_s: float = Field(
+        15.0, gt=0, description="A session worker silent this long is gone: its sessions end session_lost."
+    )
+    closed_ttl_s: float = Field(
+        3600.0, gt=0, description="How long an ended session still answers its reason (then 404)."
+    )
+    sweep_interval_s: float = Field(
+        1.0, gt=0, description="Period of the proxy's sweep (lost workers, expiry, overdue calls)."
+    )
+    max_file_bytes: int = Field(
+        16 << 20, ge=1024, description="Largest file read or written through the API."
+    )
+    max_memory_mb: int = Field(4096, ge=32, description="Largest limits.memory_mb a caller may ask for.")
+    max_disk_mb: int = Field(4096, ge=1, description="Largest limits.disk_mb.")
+    max_processes: int = Field(512, ge=4, description="Largest limits.max_processes.")
+    max_exec_cpu_s: float = Field(600.0, gt=0, description="Largest limits.exec_cpu_s.")
+    max_total_cpu_s: float = Field(86400.0, gt=0, description="Largest limits.total_cpu_s.")
+    per_worker: int = Field(
+        200,
+        ge=1,
+        description="Sessions one session worker holds (bounded by the sandbox's uid pool, uid_count).",
+    )
+    exec_slots_per_worker: int = Field(
+        16,
+        ge=1,
+        description="Calls one session worker runs at once (threads); the planner sizes the pool by them too.",
+    )
+    min_workers: int = Field(0, ge=0, description="Session workers kept up with no session open.")
+    max_workers: int = Field(8, ge=1, description="Most session workers the planner asks for.")
+    headroom: float = Field(
+        0.25,
+        ge=0,
+        description="Room kept free in the pool for sessions about to open, as a fraction of those open.",
+    )
+    poll_wait_s: float = Field(5.0, gt=0, description="Long-poll of a session worker (its liveness beat).")
+
+    def quota(self, tenant: str) -> int | None:
+        """The open-session quota of ``tenant`` (None: none)."""
+        n = self.tenant_max_open.get(tenant, self.max_open_per_tenant)
+        return n or None

@@ -278,3 +278,59 @@ class WorkerMetrics:
         )
         if gpu_read is not None:
             r.register(GpuCollector(gpu_read))  # type: ignore[arg-type]
+
+
+SESSION_SECONDS_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
+
+
+class SessionMetrics:
+    """The collectors of stateful sessions (docs/sessions.md), in the registry of the proxy's
+    ``Metrics`` (one ``/metrics``) or the planner's. Gauges are set from the store's view at every
+    sweep; counters and histograms as calls happen. No label names a tenant or a session."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.open = Gauge(
+            "distrs_sessions_open", "Sessions not ended, by state (opening, open)", ["state"], registry=r
+        )
+        self.created = Counter(
+            "distrs_sessions_created_total", "Sessions opened, by language", ["language"], registry=r
+        )
+        self.ended = Counter(
+            "distrs_sessions_ended_total",
+            "Sessions ended, by reason (core.sessions.EndReason)",
+            ["reason"],
+            registry=r,
+        )
+        self.reclaimed = Counter(
+            "distrs_sessions_reclaimed_total",
+            "Sessions the service ended by itself (idle_timeout, max_lifetime, lost, create_timeout)",
+            ["reason"],
+            registry=r,
+        )
+        self.exec_seconds = Histogram(
+            "distrs_session_exec_seconds",
+            "Round trip of one exec at the proxy (submit to answer)",
+            ["language"],
+            buckets=SESSION_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.create_seconds = Histogram(
+            "distrs_session_create_seconds",
+            "Round trip of one session create at the proxy",
+            buckets=SESSION_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.calls = Gauge(
+            "distrs_session_calls", "Session calls by state (queued, running)", ["state"], registry=r
+        )
+        self.workers = Gauge(
+            "distrs_session_workers", "Session workers polling, by draining", ["draining"], registry=r
+        )
+        self.pool_desired = Gauge(
+            "distrs_session_pool_desired", "Session workers the planner asks for", registry=r
+        )
+        for reason in ("idle_timeout", "max_lifetime", "lost", "create_timeout"):
+            self.reclaimed.labels(reason)
+        for state in ("opening", "open"):
+            self.open.labels(state)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from pydantic_settings import BaseSettings
 
-from distrs.config import PlannerSettings, ProxySettings, StoreSettings, WorkerSettings
+from distrs.config import PlannerSettings, ProxySettings, SessionSettings, StoreSettings, WorkerSettings
 from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.rewards.math_reward import MathSettings
@@ -21,6 +21,7 @@ SECTIONS: list[tuple[str, type[BaseSettings]]] = [
     ("Proxy (`distrs proxy`, `distrs up`)", ProxySettings),
     ("Worker (`distrs worker`)", WorkerSettings),
     ("Planner (`distrs planner`, `distrs up`)", PlannerSettings),
+    ("Sessions (proxy, planner, session workers)", SessionSettings),
     ("Sandbox (workers)", SandboxSettings),
     ("Judged reward types: cpp, python, cuda (workers)", JudgeSettings),
     ("Kernel reward type: kernelbench (workers)", KernelSettings),

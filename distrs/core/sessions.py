@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 MiB = 1 << 20
+JAIL_WORKDIR = "/jail/work"  # the session's work dir as its programs see it (sandbox/jail.py)
 
 
 class Language(StrEnum):
@@ -187,3 +188,12 @@ def op_deadline(kind: OpKind, body: dict[str, Any], started_at: float, grace_s: 
     if kind is OpKind.TEST:
         run *= max(1, len(body.get("tests") or [1]))
     return started_at + run + grace_s
+
+
+def work_path(path: str) -> str:
+    """``path`` (relative to the session's work dir, or absolute under ``/jail/work``) as a
+    relative path of plain components; ValueError for anything else (``..``, other roots)."""
+    rel = path[len(JAIL_WORKDIR) + 1 :] if path.startswith(JAIL_WORKDIR + "/") else path
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in rel.split("/")) or "\0" in rel:
+        raise ValueError(f"path must be relative to the work dir (or under {JAIL_WORKDIR}/): {path!r}")
+    return rel

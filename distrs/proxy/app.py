@@ -17,10 +17,10 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from distrs.config import ProxySettings
+from distrs.config import ProxySettings, SessionSettings
 from distrs.core.pipeline_config import load_pipelines
 from distrs.core.stages import PipelineTable
-from distrs.metrics import Metrics
+from distrs.metrics import Metrics, SessionMetrics
 from distrs.proxy import errors
 from distrs.proxy.auth import TokenTable
 from distrs.proxy.credentials import CredentialIssuer, derive_secret
@@ -29,9 +29,11 @@ from distrs.proxy.gc_policy import GcPolicy
 from distrs.proxy.hot_path import ProxyApp, body_framing
 from distrs.proxy.plain_routes import plain
 from distrs.proxy.responses import JSONResponse
-from distrs.proxy.routes import catalog, ops, trainer, worker, workers
+from distrs.proxy.routes import catalog, ops, session_ops, sessions, trainer, worker, workers
+from distrs.proxy.sessions import SessionService
 from distrs.store.base import QueueStore
 from distrs.store.errors import Unavailable
+from distrs.store.sessions.base import SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +120,8 @@ def create_app(
     table: PipelineTable | None = None,
     clock: Callable[[], float] = time.time,
     metrics: Metrics | None = None,
+    session_settings: SessionSettings | None = None,
+    session_store: SessionStore | None = None,
 ) -> FastAPI:
     settings = settings or ProxySettings()
     if store is None:
@@ -149,9 +153,22 @@ def create_app(
         clock=clock,
     )
 
+    session_settings = session_settings or SessionSettings()
+    session_service: SessionService | None = None
+    if session_settings.enabled:  # stateful sessions (docs/sessions.md): a store of their own
+        if session_store is None:
+            from distrs.store.sessions import create_session_store
+
+            session_store = create_session_store(settings)
+        session_service = SessionService(
+            session_settings, session_store, SessionMetrics(metrics.registry), clock
+        )
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await state.store.start()
+        if session_service is not None:
+            await session_service.start()
         task = asyncio.create_task(_reaper(state))
         gc_policy = GcPolicy()
         gc_policy.install()  # after start-up: short collector pauses from here on (gc_policy.py)
@@ -162,6 +179,8 @@ def create_app(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            if session_service is not None:
+                await session_service.stop()
             await state.store.close()
 
     app = ProxyApp(
@@ -175,6 +194,7 @@ def create_app(
         openapi_url="/openapi.json" if settings.docs_enabled else None,
     )
     app.state.distrs = state
+    app.state.sessions = session_service
     errors.install(app, settings.retry_after_s)
     # The worker routes first, then the trainer's: they take most calls, and routes are tried in
     # order (before the documentation pages, too). They sit on the app's own router rather than
@@ -190,6 +210,8 @@ def create_app(
     app.router.routes[0:0] = [*fast, *hot]
     app.serve_hot(fast, settings.max_body_bytes, lambda send: reject_too_large(send, settings.max_body_bytes))
     app.include_router(workers.router)
+    app.include_router(sessions.router)
+    app.include_router(session_ops.router)
     app.include_router(ops.router)
     app.include_router(catalog.router)
     with contextlib.suppress(ImportError):

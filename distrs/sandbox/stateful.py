@@ -30,10 +30,9 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
-from distrs.core.sessions import Language, SessionLimits
+from distrs.core.sessions import Language, SessionLimits, work_path
 from distrs.sandbox.base import Limits, Mounts, Sandbox, SandboxError, Session
 from distrs.sandbox.forkserver import HelperJail, ServerJail
-from distrs.sandbox.jail import JAIL_WORKDIR
 from distrs.sandbox.local import LocalSandbox, LocalSession
 
 MiB = 1 << 20
@@ -80,15 +79,6 @@ def jail_limits(limits: SessionLimits) -> Limits:
         nofile=256,
         output_bytes=limits.output_bytes,
     )
-
-
-def work_path(path: str) -> str:
-    """``path`` (relative to the work dir, or absolute under ``/jail/work``) as a relative path of
-    plain components; ValueError otherwise."""
-    rel = path[len(JAIL_WORKDIR) + 1 :] if path.startswith(JAIL_WORKDIR + "/") else path
-    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in rel.split("/")):
-        raise ValueError(f"path must be relative to the work dir (or under {JAIL_WORKDIR}/): {path!r}")
-    return rel
 
 
 class StatefulSession:

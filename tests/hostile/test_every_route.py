@@ -32,6 +32,7 @@ class Route:
         return f"{self.method} {self.path}"
 
 
+SID = "s" + "0" * 24  # a session id of the right form that no session has
 REQ = {
     "task": "t1",
     "batch_id": "b1",
@@ -69,6 +70,20 @@ ROUTES = [
     Route("POST", "/run_code", "a", {"code": "print(1)", "language": "python"}),
     Route("POST", "/get_reward", "a", {"query": ["Px"], "prompts": ["P"]}),
     Route("POST", "/slime/reward", "a", {"response": "x", "label": "1"}),
+    Route("POST", "/v1/sessions", "a", {"task": "t1", "language": "python"}),
+    Route("POST", f"/v1/sessions/{SID}/exec", "a", {"code": "1"}),
+    Route("GET", f"/v1/sessions/{SID}", "a"),
+    Route("DELETE", f"/v1/sessions/{SID}", "a"),
+    Route("GET", f"/v1/sessions/{SID}/files", "a"),
+    Route(
+        "POST",
+        f"/v1/sessions/{SID}/reward",
+        "a",
+        {"reward_type": "tests", "payload": {"tests": [{"code": "1"}]}},
+    ),
+    Route("POST", "/v1/session-ops/poll", "worker", {"worker_id": "w1", "capacity": 1, "wait_s": 0}),
+    Route("POST", "/v1/session-ops/complete", "worker", {"worker_id": "w1", "items": []}),
+    Route("POST", "/v1/session-ops/release", "worker", {"worker_id": "w1", "sessions": []}),
 ]
 BODY_ROUTES = [r for r in ROUTES if r.body is not None]
 COMPAT_HEADERS = {"X-DistRS-Timeout": "0.05"}

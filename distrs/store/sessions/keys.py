@@ -14,7 +14,7 @@ session lives in one slot and each script touches one slot only)::
     {ns:ses}:creates          list  create call ids no worker has taken yet
     {ns:ses}:workers          hash  worker id -> WorkerView JSON (its latest poll)
     {ns:ses}:tenants          set   tenants with sessions
-    {ns:ses:tenant:N}:open    set   tenant N's sessions not closed (its quota)
+    {ns:ses:tenant:N}:open    zset  tenant N's sessions not closed (its quota), by creation time
     {ns:ses}:wake             channel  "w WID" | "c" | "o OP": wake-ups for long-polls
 
 An op id is ``SID.SUFFIX``, so a worker's report (op ids only) finds its session's slot.

@@ -139,12 +139,13 @@ return out
 """
 
 _TENANT_ADD = """
-if ARGV[2] ~= '' and redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then
-  return redis.call('SCARD', KEYS[1])
+if ARGV[2] ~= '' and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  return redis.call('ZCARD', KEYS[1])
 end
-redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return -1
 """
+ORPHAN_AGE_S = 60.0  # a tenant's entry without its session this long is a create cut short
 
 
 class RedisSessionStore:
@@ -230,7 +231,9 @@ class RedisSessionStore:
         async def run() -> SessionOp:
             tenant_key = k.tenant_open(rec.tenant)
             quota = "" if max_open is None else str(max_open)
-            got = await self._scripts["tenant_add"](keys=[tenant_key], args=[rec.session_id, quota])
+            got = await self._scripts["tenant_add"](
+                keys=[tenant_key], args=[rec.session_id, quota, repr(now)]
+            )
             if int(got) >= 0:
                 raise SessionQuotaExceeded(
                     f"tenant {rec.tenant!r} has {got} open sessions (its quota is {max_open})",
@@ -392,7 +395,7 @@ class RedisSessionStore:
         if got[0] != "ended":
             return False
         worker, tenant, failed = got[1], got[2], got[3:]
-        await self._r.srem(k.tenant_open(tenant), sid)
+        await self._r.zrem(k.tenant_open(tenant), sid)
         if worker:
             await self._r.srem(k.held(worker), sid)
             if close and await self._r.hexists(k.workers(), worker):
@@ -451,10 +454,11 @@ class RedisSessionStore:
                         report.add(EndReason.CREATE_TIMEOUT)
                     break
         for tenant in await self._r.smembers(k.tenants()):  # a create cut short left its entry
-            for sid in await self._r.smembers(k.tenant_open(tenant)):
+            for sid, since in await self._r.zrange(k.tenant_open(tenant), 0, -1, withscores=True):
                 rec = recs.get(sid)
-                if sid not in recs or (rec is not None and rec.state is SessionState.CLOSED):
-                    await self._r.srem(k.tenant_open(tenant), sid)
+                orphan = sid not in recs and now - float(since) > ORPHAN_AGE_S
+                if orphan or (rec is not None and rec.state is SessionState.CLOSED):
+                    await self._r.zrem(k.tenant_open(tenant), sid)
         return report
 
     async def _read_all(self) -> tuple[dict[str, SessionRecord | None], dict[str, list[SessionOp]]]:
@@ -520,7 +524,7 @@ class RedisSessionStore:
         return await self._call(run)
 
     async def tenant_open(self, tenant: str) -> int:
-        return int(await self._call(lambda: self._r.scard(self.keys.tenant_open(tenant))))
+        return int(await self._call(lambda: self._r.zcard(self.keys.tenant_open(tenant))))
 
 
 OP_TTL_S = 3600  # an answered call is kept this long (a repeated exec_id gets its answer)

@@ -1,0 +1,126 @@
+"""A session-worker host: one process running N session workers as threads, resized over stdin.
+
+As ``host.py`` does for stage workers (the local actuator writes the planner's count to the
+host's stdin, one number per line, and reads ``ready N`` back): scaling up starts a thread (or
+calls off a drain), scaling down drains the workers holding the fewest sessions first. A drained
+worker takes no new session and its thread ends once it holds none (``sessions.py``): the
+planner's scale-down never ends a session. EOF or SIGTERM stops every worker, giving their
+sessions ``stop_grace_s`` to end before what is left is released (``session_lost``).
+
+On Kubernetes each pod runs one such process with one worker (``--workers 1``); the chart's
+termination grace period bounds the drain.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from typing import TextIO
+
+from distrs.worker.sessions import SessionWorker
+
+log = logging.getLogger(__name__)
+
+
+def host_prefix() -> str:
+    """A worker id prefix unique to this process's life (a restarted container on the same host
+    with the same pid must never be taken for the worker whose sessions died with it)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class SessionHost:
+    def __init__(self, make: Callable[[str], SessionWorker], prefix: str | None = None) -> None:
+        self._make = make
+        self._prefix = prefix or host_prefix()
+        self._workers: list[tuple[SessionWorker, threading.Thread]] = []
+        self._next = 0
+        self._lock = threading.Lock()
+        self._closing = False
+
+    def _alive(self) -> list[SessionWorker]:
+        return [w for w, t in self._workers if t.is_alive()]
+
+    def live(self) -> list[SessionWorker]:
+        """Running workers that take new sessions."""
+        with self._lock:
+            return [w for w in self._alive() if not w.draining]
+
+    def resize(self, n: int) -> int:
+        n = max(0, n)
+        with self._lock:
+            if self._closing:
+                return 0
+            live = [w for w in self._alive() if not w.draining]
+            draining = [w for w in self._alive() if w.draining]
+            for _ in range(n - len(live)):
+                if draining:  # still finishing its sessions: call the drain off
+                    draining.pop().revive()
+                    continue
+                self._next += 1
+                w = self._make(f"{self._prefix}-s{self._next}")
+                t = threading.Thread(target=w.run, name=w.worker_id, daemon=True)
+                self._workers.append((w, t))
+                t.start()
+            if len(live) > n:  # the fewest sessions first, then the newest
+                order = sorted(enumerate(live), key=lambda p: (len(p[1].sessions), -p[0]))
+                for _, w in order[: len(live) - n]:
+                    w.request_drain()
+            self._workers = [(w, t) for w, t in self._workers if t.is_alive()]
+            return n
+
+    def stop(self, grace_s: float) -> None:
+        with self._lock:
+            self._closing = True
+            workers = list(self._workers)
+        stoppers = [threading.Thread(target=w.stop, args=(grace_s,)) for w, _ in workers]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join()
+
+    def serve(self, commands: TextIO, out: TextIO) -> None:
+        for line in commands:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                n = int(line)
+            except ValueError:
+                log.error("session host: bad command %r (expected a number of workers)", line)
+                continue
+            out.write(f"ready {self.resize(n)}\n")
+            out.flush()
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(*_: object) -> None:
+    raise _Stop
+
+
+def run_session_host(
+    make: Callable[[str], SessionWorker], initial: int, control: TextIO | None, grace_s: float
+) -> None:
+    """Run ``initial`` workers; resize from ``control`` lines if given, else until SIGTERM/SIGINT."""
+    host = SessionHost(make)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGINT, _raise_stop)
+    host.resize(initial)
+    try:
+        if control is not None:
+            host.serve(control, sys.stdout)
+        else:
+            threading.Event().wait()
+    except _Stop:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        host.stop(grace_s)
