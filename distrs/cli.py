@@ -247,29 +247,15 @@ def session_worker(
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--lifeline-fd") from e
     from distrs.config import SessionSettings, WorkerSettings
-    from distrs.sandbox import shared
-    from distrs.worker.session_host import run_session_host
-    from distrs.worker.sessions import HttpSessionClient, SessionWorker
+    from distrs.worker.session_host import serve_sessions
 
     _setup_logging(log_level)
     overrides: dict[str, Any] = {"proxy_url": proxy} if proxy else {}
     s = WorkerSettings(**overrides)
-    ss = SessionSettings()
     token = handed_token or s.read_token()
-
-    def make(worker_id: str) -> SessionWorker:
-        client = HttpSessionClient(s.proxy_url, token)
-        return SessionWorker(
-            worker_id,
-            client,
-            shared,
-            capacity=ss.per_worker,
-            slots=ss.exec_slots_per_worker,
-            poll_wait_s=ss.poll_wait_s,
-        )
-
-    run_session_host(
-        make, 0 if control_stdin else workers, sys.stdin if control_stdin else None, stop_grace_s
+    initial = 0 if control_stdin else workers
+    serve_sessions(
+        s.proxy_url, token, SessionSettings(), initial, sys.stdin if control_stdin else None, stop_grace_s
     )
 
 

@@ -434,6 +434,15 @@ class SessionSettings(BaseSettings):
         description="Room kept free in the pool for sessions about to open, as a fraction of those open.",
     )
     poll_wait_s: float = Field(5.0, gt=0, description="Long-poll of a session worker (its liveness beat).")
+    spares_min: int = Field(
+        2, ge=0, description="Pre-opened jails a session worker keeps for creates with default limits."
+    )
+    spares_window_s: float = Field(
+        120.0,
+        gt=0,
+        description="A worker keeps as many spare jails as creates it served over this window (a trainer "
+        "step's burst), within its free capacity.",
+    )
 
     def quota(self, tenant: str) -> int | None:
         """The open-session quota of ``tenant`` (None: none)."""

@@ -21,10 +21,11 @@ from typing import Any
 import uvicorn
 
 from distrs.actuators.local import LocalActuator
-from distrs.config import PlannerSettings, ProxySettings
+from distrs.config import PlannerSettings, ProxySettings, SessionSettings
 from distrs.core.pipeline_config import load_pipelines
 from distrs.core.stages import PipelineTable, ResourceClass
 from distrs.planner.loop import Planner
+from distrs.planner.sessions import POOL, SessionPoolPlanner
 from distrs.proxy.app import create_app
 from distrs.proxy.deps import AppState
 from distrs.proxy.server import uvicorn_config
@@ -143,6 +144,7 @@ async def serve(
         caps.update(
             {n: gpu_stage_cap for n, spec in table.stages.items() if spec.resource is ResourceClass.GPU}
         )
+    sessions = app.state.sessions  # stateful sessions: a pool of session workers of their own
     actuator = LocalActuator(
         proxy_url=url,
         token=worker_token,
@@ -151,6 +153,7 @@ async def serve(
         max_per_stage=max_workers,
         log_dir=worker_log_dir,
         stage_caps=caps,
+        commands={POOL: ["session-worker"]} if sessions is not None else {},
     )
     psettings = PlannerSettings(
         policy=policy,
@@ -173,12 +176,17 @@ async def serve(
     state.plan_view = planner.view
     stop = asyncio.Event()
     planner_task = asyncio.create_task(planner.run(stop))
+    tasks = [planner_task]
+    if sessions is not None:
+        pool = SessionPoolPlanner(sessions.store, actuator, SessionSettings(), sessions.metrics)
+        tasks.append(asyncio.create_task(pool.run(stop)))
     try:
         yield Running(url=url, state=state, planner=planner, actuator=actuator, token=worker_token)
     finally:
         stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(planner_task, 10)
+        for task in tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 10)
         await actuator.close()
         server.should_exit = True
         await server_task

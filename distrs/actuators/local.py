@@ -77,12 +77,16 @@ class LocalActuator:
     log_dir: str | None = None
     # Tighter bounds for some stages (``distrs up``: CPU stages near the cores available).
     stage_caps: dict[str, int] = field(default_factory=dict)
+    # Pools whose host is another command than ``worker --stage NAME`` (the session pool:
+    # ``{"sessions": ["session-worker"]}``); they get the same proxy, control and lifeline flags.
+    commands: dict[str, list[str]] = field(default_factory=dict)
     _hosts: dict[str, _Host] = field(default_factory=dict)
     _desired: dict[str, int] = field(default_factory=dict)
     _errors: dict[str, str] = field(default_factory=dict)
 
     def _command(self, stage: str, lifeline_fd: int) -> list[str]:
-        cmd = [sys.executable, "-m", "distrs.cli", "worker", "--stage", stage, "--proxy", self.proxy_url]
+        head = self.commands.get(stage, ["worker", "--stage", stage])
+        cmd = [sys.executable, "-m", "distrs.cli", *head, "--proxy", self.proxy_url]
         cmd += ["--control-stdin", "--lifeline-fd", str(lifeline_fd)]
         return [*cmd, "--log-level", "warning", *self.extra_args.get(stage, [])]
 

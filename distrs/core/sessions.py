@@ -150,6 +150,7 @@ class WorkerView(BaseModel):
     holder: str
     capacity: int  # sessions it may hold
     open: int = 0  # sessions it holds
+    spares: int = 0  # jails it opened ahead of creates
     draining: bool = False
     seen_at: float
 

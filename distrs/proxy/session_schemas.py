@@ -96,6 +96,7 @@ class PollIn(_Strict):
     worker_id: str = Field(pattern=ID_PATTERN)
     capacity: int = Field(ge=0, le=100_000, description="Sessions this worker may hold.")
     open: int = Field(0, ge=0, description="Sessions it holds.")
+    spares: int = Field(0, ge=0, description="Jails it opened ahead of creates.")
     draining: bool = Field(False, description="Takes no new session (finishes those it holds).")
     wait_s: float = Field(0.0, ge=0, le=300)
     max_ops: int = Field(16, ge=0, le=1000)

@@ -23,7 +23,12 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
-from distrs.worker.sessions import SessionWorker
+from distrs.config import SessionSettings
+from distrs.core.sessions import Language, SessionLimits
+from distrs.sandbox import shared
+from distrs.sandbox.stateful import StatefulSession
+from distrs.worker.session_spares import Spares
+from distrs.worker.sessions import HttpSessionClient, SessionWorker
 
 log = logging.getLogger(__name__)
 
@@ -124,3 +129,52 @@ def run_session_host(
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         host.stop(grace_s)
+
+
+def serve_sessions(
+    proxy_url: str,
+    token: str | None,
+    settings: SessionSettings,
+    initial: int,
+    control: TextIO | None,
+    grace_s: float,
+) -> None:
+    """``distrs session-worker``: the host's workers over the process's sandbox, sharing one pool
+    of spare jails (``session_spares.py``) sized within the host's free capacity."""
+    made: list[SessionWorker] = []
+
+    def room() -> int:  # the live workers' capacity less what every worker holds
+        live = [w for w in made if not w.draining]
+        return settings.per_worker * len(live) - sum(len(w.sessions) for w in made)
+
+    def open_spare(lang: Language) -> StatefulSession:
+        return StatefulSession.open(
+            shared(), lang, SessionLimits(), default_timeout_s=settings.exec_timeout_s
+        )
+
+    spares = Spares(
+        open_spare,
+        room=room,
+        quiet=lambda: all(w.creating == 0 for w in made),
+        warm_min=settings.spares_min,
+        window_s=settings.spares_window_s,
+    )
+
+    def make(worker_id: str) -> SessionWorker:
+        w = SessionWorker(
+            worker_id,
+            HttpSessionClient(proxy_url, token),
+            shared,
+            capacity=settings.per_worker,
+            slots=settings.exec_slots_per_worker,
+            poll_wait_s=settings.poll_wait_s,
+            spares=spares,
+            default_timeout_s=settings.exec_timeout_s,
+        )
+        made.append(w)
+        return w
+
+    try:
+        run_session_host(make, initial, control, grace_s)
+    finally:
+        spares.close()

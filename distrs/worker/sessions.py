@@ -33,6 +33,7 @@ from distrs.core.sessions import EndReason, Language, OpKind, SessionLimits
 from distrs.sandbox.base import Sandbox, SandboxError
 from distrs.sandbox.stateful import SessionDead, StatefulSession
 from distrs.worker.proxy_client import HttpProxyClient, LeaseRejected, ProxyUnavailable
+from distrs.worker.session_spares import Spares
 
 log = logging.getLogger(__name__)
 DEAD_REASONS = {"cpu_total": EndReason.LIMIT, "crashed": EndReason.LOST, "closed": EndReason.LOST}
@@ -85,6 +86,8 @@ class SessionWorker:
         capacity: int = 200,
         slots: int = 16,
         poll_wait_s: float = 5.0,
+        spares: Spares | None = None,
+        default_timeout_s: float = 30.0,
     ) -> None:
         self.worker_id = worker_id
         self.client = client
@@ -104,6 +107,9 @@ class SessionWorker:
         self._stopped = threading.Event()
         self._reporter = threading.Thread(target=self._report_loop, name=f"{worker_id}-report", daemon=True)
         self._reporter.start()
+        self.creating = 0  # creates in flight (spares are opened only while none is)
+        self.default_timeout_s = default_timeout_s
+        self.spares = spares  # jails opened ahead of creates, shared by the host's workers
 
     # the loop ---------------------------------------------------------------------------------
     @property
@@ -141,6 +147,7 @@ class SessionWorker:
                 "worker_id": self.worker_id,
                 "capacity": self.capacity,
                 "open": len(self.sessions),
+                "spares": 0 if self.spares is None else self.spares.count(),  # the host's pool
                 "draining": self.draining,
                 "max_ops": max(1, self.slots * 4),
             }
@@ -275,23 +282,41 @@ class SessionWorker:
     def _create(self, sid: str, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             full = len(self.sessions) >= self.capacity
-        if full:
-            return {"error": _lost(f"worker {self.worker_id} is full", "session_create_failed", 503)}
+            self.creating += 1
         try:
-            files = {p: base64.b64decode(c) for p, c in (body.get("files") or {}).items()}
-            s = StatefulSession.open(
-                self._sandbox(),
-                Language(body["language"]),
-                SessionLimits.model_validate(body.get("limits") or {}),
-                files,
-                default_timeout_s=float(body.get("timeout_s") or 30.0),
-            )
+            if full:
+                return {"error": _lost(f"worker {self.worker_id} is full", "session_create_failed", 503)}
+            s, spare = self._open(body)
         except (SandboxError, OSError, ValueError) as e:
             log.warning("session %s could not be opened: %s", sid, e)
             return {"error": _lost(str(e)[:500], "session_create_failed", 503)}
+        finally:
+            with self._lock:
+                self.creating -= 1
         with self._lock:
             self.sessions[sid] = s
-        return {"result": {"forked": s.forked}}
+        return {"result": {"forked": s.forked, "spare": spare}}
+
+    def _open(self, body: dict[str, Any]) -> tuple[StatefulSession, bool]:
+        """A session for a create: a spare jail where the create asks for the defaults, else one
+        forked now; (session, whether it was a spare)."""
+        language = Language(body["language"])
+        limits = SessionLimits.model_validate(body.get("limits") or {})
+        timeout = float(body.get("timeout_s") or self.default_timeout_s)
+        files = {p: base64.b64decode(c) for p, c in (body.get("files") or {}).items()}
+        default = limits == SessionLimits() and timeout == self.default_timeout_s
+        s = self.spares.take(language) if self.spares is not None and default else None
+        if s is None:
+            return StatefulSession.open(
+                self._sandbox(), language, limits, files, default_timeout_s=timeout
+            ), False
+        try:
+            for path, data in files.items():
+                s.write_file(path, data)
+        except BaseException:
+            s.close()
+            raise
+        return s, True
 
     def _close(self, sid: str) -> None:
         with self._lock:

@@ -48,6 +48,7 @@ async def poll(request: Request) -> Response:
             holder=holder,
             capacity=body.capacity,
             open=body.open,
+            spares=body.spares,
             draining=body.draining,
             seen_at=now,
         )
@@ -97,3 +98,10 @@ async def release(request: Request) -> JSONResponse:
                 svc.ended(EndReason.DRAINED)
                 ended.append(sid)
     return JSONResponse({"ended": ended})
+
+
+@router.get("/stats")
+async def stats(request: Request) -> JSONResponse:
+    """Admin: the session pool as the last sweep saw it (sessions, calls, workers and their spares)."""
+    authorize(request)
+    return JSONResponse(sessions_of(request).last_stats)

@@ -109,7 +109,7 @@ class SessionStats(BaseModel):
     open: int = 0
     ops_queued: int = 0  # calls other than creates waiting for their worker
     ops_running: int = 0
-    busy_sessions: int = 0  # sessions with a call queued or running
+    busy_sessions: int = 0  # open sessions with a call queued or running (creates not counted)
     workers: list[WorkerView] = Field(default_factory=list)
     open_by_worker: dict[str, int] = Field(default_factory=dict)
 

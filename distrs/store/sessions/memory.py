@@ -284,7 +284,7 @@ class MemorySessionStore:
                 s.opening += 1
             elif rec.state is SessionState.OPEN:
                 s.open += 1
-            if rec.state is not SessionState.CLOSED and rec.busy > 0:
+            if rec.state is SessionState.OPEN and rec.busy > 0:
                 s.busy_sessions += 1
         for op in self._ops.values():
             if op.kind is OpKind.CREATE:

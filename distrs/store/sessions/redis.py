@@ -511,7 +511,7 @@ class RedisSessionStore:
                     s.opening += 1
                 else:
                     s.open += 1
-                s.busy_sessions += rec.busy > 0
+                    s.busy_sessions += rec.busy > 0
                 if rec.worker_id:
                     s.open_by_worker[rec.worker_id] = s.open_by_worker.get(rec.worker_id, 0) + 1
             for ops in pending.values():
