@@ -37,6 +37,12 @@ class SessionCreate(_Strict):
     limits: SessionLimits | None = Field(None, description="Limits over the whole session.")
 
 
+class FilesIn(_Strict):
+    files: dict[str, str | FileIn] = Field(
+        min_length=1, description="path -> UTF-8 text or {content, encoding}."
+    )
+
+
 class ExecIn(_Strict):
     code: str = Field(description="Python source (a cell) or a bash script.")
     timeout_s: float | None = Field(None, gt=0, description="Wall time after which the exec is cut.")

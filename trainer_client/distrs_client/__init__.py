@@ -7,7 +7,9 @@
         client.submit("task", "step-7", "req-0", "cuda", {"code": ..., "tests": [...]})  # per rollout
         results = client.results("task", "step-7")                            # in submission order
 
-See the package README for the adapters (verl, TRL), the rollout hooks and the error classes.
+Stateful sessions for multi-turn tool calls: ``SessionClient`` / ``AsyncSessionClient``
+(``distrs_client.sessions``). See the package README for the adapters (verl, TRL), the rollout
+hooks and the error classes.
 """
 
 from distrs_client.aio import AsyncRewardClient
@@ -25,22 +27,35 @@ from distrs_client.errors import (
     RewardFaultError,
     ServerError,
     ServiceUnavailableError,
+    SessionGoneError,
 )
 from distrs_client.extract import build_payload, extract_code
 from distrs_client.kernelbench import kernelbench_payload, load_problem
 from distrs_client.models import RewardResult, StageTiming
 from distrs_client.retry import RetryPolicy
+from distrs_client.sessions import (
+    AsyncSession,
+    AsyncSessionClient,
+    ExecError,
+    ExecResult,
+    Session,
+    SessionClient,
+)
 from distrs_client.sync import RewardClient
 from distrs_client.transport import HttpxTransport, Response, Transport
 
 __all__ = [
     "APIError",
     "AsyncRewardClient",
+    "AsyncSession",
+    "AsyncSessionClient",
     "AuthenticationError",
     "BadRequestError",
     "ClientClosedError",
     "ConflictError",
     "DistrsError",
+    "ExecError",
+    "ExecResult",
     "HttpxTransport",
     "NotFoundError",
     "PermissionDeniedError",
@@ -53,6 +68,9 @@ __all__ = [
     "RewardResult",
     "ServerError",
     "ServiceUnavailableError",
+    "Session",
+    "SessionClient",
+    "SessionGoneError",
     "StageTiming",
     "Transport",
     "build_payload",

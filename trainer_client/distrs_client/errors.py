@@ -54,6 +54,11 @@ class NotFoundError(APIError):
     """404: unknown batch, request or route."""
 
 
+class SessionGoneError(APIError):
+    """410: the session ended (``code``: ``session_expired``, ``session_lost``,
+    ``session_limit_exceeded``, ``session_create_failed``); its state is gone."""
+
+
 class ConflictError(APIError):
     """409: e.g. a batch re-registered with another size, or a batch already full."""
 
@@ -109,6 +114,7 @@ _BY_STATUS: dict[int, type[APIError]] = {
     403: PermissionDeniedError,
     404: NotFoundError,
     409: ConflictError,
+    410: SessionGoneError,
     413: BadRequestError,
     422: BadRequestError,
     429: RateLimitedError,

@@ -28,7 +28,15 @@ from distrs.proxy.auth import Principal, Role, public_task
 from distrs.proxy.deps import act_as, authorize
 from distrs.proxy.errors import ApiError, from_errors
 from distrs.proxy.responses import JSONResponse
-from distrs.proxy.session_schemas import ExecIn, ExecResult, FileIn, RewardIn, SessionCreate, TestsPayload
+from distrs.proxy.session_schemas import (
+    ExecIn,
+    ExecResult,
+    FileIn,
+    FilesIn,
+    RewardIn,
+    SessionCreate,
+    TestsPayload,
+)
 from distrs.proxy.sessions import SessionService, sessions_of
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"], default_response_class=JSONResponse)
@@ -209,8 +217,9 @@ def _path(path: str) -> str:
 
 
 @router.get("/{session_id}/files/{path:path}")
-async def read_file(request: Request, path: str, session_id: str = SID) -> Response:
-    """A file of the work dir (or ``tmp/...``: the session's /tmp), as bytes."""
+async def read_file(request: Request, path: str, session_id: str = SID, encoding: str = "raw") -> Response:
+    """A file of the work dir (or ``tmp/...``: the session's /tmp), as bytes; with
+    ``?encoding=base64`` as JSON ``{path, size, content_b64}``."""
     svc, who = _caller(request)
     rec = await svc.scoped(who, session_id)
     body = {"path": _path(path), "max_bytes": svc.settings.max_file_bytes}
@@ -224,7 +233,12 @@ async def read_file(request: Request, path: str, session_id: str = SID) -> Respo
             f"path: no regular file {path!r} of at most {svc.settings.max_file_bytes} bytes",
             field="path",
         )
-    return Response(base64.b64decode(content), media_type="application/octet-stream")
+    data = base64.b64decode(content)
+    if encoding == "base64":
+        return JSONResponse({"path": path, "size": len(data), "content_b64": content})
+    if encoding != "raw":
+        raise ApiError(422, "invalid_request", "encoding: raw or base64", field="encoding")
+    return Response(data, media_type="application/octet-stream")
 
 
 @router.put("/{session_id}/files/{path:path}", status_code=204)
@@ -239,6 +253,21 @@ async def write_file(request: Request, path: str, session_id: str = SID) -> Resp
     body = {"path": _path(path), "content_b64": base64.b64encode(data).decode()}
     op = svc.new_op(rec, OpKind.FILES_WRITE, body, "w" + secrets.token_hex(8))
     await svc.call(rec, op, STATE_WAIT_S + svc.settings.op_grace_s)
+    return Response(status_code=204)
+
+
+@router.post("/{session_id}/files", status_code=204, openapi_extra=json_body.body_doc(FilesIn))
+async def write_files(request: Request, session_id: str = SID) -> Response:
+    """Write several files into the work dir: ``{files: {path: text | {content, encoding}}}``."""
+    svc, who = _caller(request)
+    body = await json_body.read(request, FilesIn)
+    files = _files(svc, body.files)
+    rec = await svc.scoped(who, session_id)
+    for path, content in files.items():
+        op = svc.new_op(
+            rec, OpKind.FILES_WRITE, {"path": path, "content_b64": content}, "w" + secrets.token_hex(8)
+        )
+        await svc.call(rec, op, STATE_WAIT_S + svc.settings.op_grace_s)
     return Response(status_code=204)
 
 
