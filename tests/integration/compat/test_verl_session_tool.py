@@ -11,6 +11,7 @@ functions, not used here) imports transformers, so it is stubbed; ``rollout_trac
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import types
 from collections.abc import Iterator
@@ -18,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from distrs_client import NotFoundError, SessionClient
 
 from tests.fixtures.service import TRAINER_A, Service, running_service
-from tests.integration.compat.framework_sources import VERL, load_module
+from tests.integration.compat.framework_sources import VERL, load_module, source
 from tests.requirements import need_module
 
 CLASS = "distrs_client.adapters.verl_tool.DistrsSessionTool"
@@ -136,3 +138,65 @@ def test_a_bad_config_names_the_key(svc: Service, tmp_path: Path) -> None:
         DistrsSessionTool({"type": "native", "url": svc.url, "task": "t", "language": "ruby"}, None)
     with pytest.raises(ValueError, match=r"config\.task"):
         DistrsSessionTool({"type": "native", "url": svc.url}, None)
+
+
+class AgentData:
+    """The fields of verl 0.9.1's ``AgentData`` that its tool call path reads."""
+
+    def __init__(self, request_id: str, tools_kwargs: dict[str, Any]) -> None:
+        self.request_id = request_id
+        self.tools_kwargs = tools_kwargs
+
+
+async def call_tool_as_verl(tool: Any, name: str, args: dict[str, Any], agent_data: AgentData) -> Any:
+    """What verl 0.9.1's ``ToolAgentLoop._call_tool`` does for a ``BaseTool`` (checked against the
+    wheel's source below): a fresh instance around every single call."""
+    kwargs = agent_data.tools_kwargs.get(name, {})
+    instance_id, _ = await tool.create(create_kwargs=kwargs.get("create_kwargs", {}))
+    try:
+        return await tool.execute(instance_id, args, agent_data=agent_data)
+    finally:
+        await tool.release(instance_id)
+
+
+def test_verl_09_agent_loop_calls_keep_state_per_trajectory(
+    svc: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop_src = source(*VERL, "verl/experimental/agent_loop/tool_agent_loop.py").read_text()
+    for line in (
+        'instance_id, _ = await tool.create(create_kwargs=kwargs.get("create_kwargs", {}))',
+        "instance_id, tool_args, agent_data=agent_data",
+        "await tool.release(instance_id)",
+    ):
+        assert line in loop_src  # the reproduction above is still what verl does
+    registry = verl_registry()
+    monkeypatch.setenv("DISTRS_TEST_TRAINER_TOKEN", TRAINER_A)
+    config = (
+        write_config(tmp_path, svc.url, "")
+        .read_text()
+        .replace("max_output_chars: 2000", "step_reward: tests")
+    )
+    (tmp_path / "tools.yaml").write_text(config)
+    [tool] = registry.initialize_tools_from_config(str(tmp_path / "tools.yaml"))
+    tests = {"create_kwargs": {"tests": [{"code": "assert total == 6"}]}}
+
+    async def rollouts() -> tuple[list[Any], list[Any], str]:
+        a = AgentData("traj-a", {"code_interpreter": tests})
+        b = AgentData("traj-b", {"code_interpreter": tests})
+        out_a = [await call_tool_as_verl(tool, "code_interpreter", {"code": "total = 1"}, a)]
+        out_b = [await call_tool_as_verl(tool, "code_interpreter", {"code": "total = 100"}, b)]
+        out_a.append(await call_tool_as_verl(tool, "code_interpreter", {"code": "total += 5\ntotal"}, a))
+        out_b.append(await call_tool_as_verl(tool, "code_interpreter", {"code": "total"}, b))
+        sid = tool._sessions["trajectory:traj-a"].session_id
+        del a  # verl drops the trajectory: its session goes
+        gc.collect()
+        await asyncio.sleep(0.5)
+        return out_a, out_b, sid
+
+    out_a, out_b, sid = asyncio.run(rollouts())
+    assert [r.text for r, _, _ in out_a] == ["[no output]", "6"]
+    assert [step for _, step, _ in out_a] == [0.0, 1.0]  # step rewards: the tests on the state
+    assert out_b[1][0].text == "100"  # the other trajectory's state is its own
+    with SessionClient(svc.url, TRAINER_A) as client, pytest.raises(NotFoundError) as e:
+        client.session(sid).exec("total")
+    assert e.value.code == "session_deleted"

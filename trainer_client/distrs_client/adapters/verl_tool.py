@@ -8,13 +8,20 @@ loop calls ``create`` once per trajectory, ``execute`` for every tool call the p
 ``type: native``, and a ``tool_schema`` that may be left out). This module maps that onto the
 session API:
 
-* ``create`` opens a session (``files`` of the sample's ``create_kwargs`` are written into it;
-  its ``tests``, if any, are kept for ``calc_reward``);
+* ``create`` registers an instance; its session opens on the first ``execute`` (``files`` of the
+  sample's ``create_kwargs`` are written into it; its ``tests``, if any, are kept for the reward);
 * ``execute`` runs the ``code`` argument and answers its output (stdout, stderr, the trailing
   expression's value, the error's traceback), truncated to ``max_output_chars``;
 * ``calc_reward`` runs the tests (``reward`` of the session API: each test in a copy of the
   session's state) and returns their score; 0.0 without tests;
 * ``release`` deletes the session.
+
+verl 0.9's ``ToolAgentLoop`` calls ``create``, ``execute`` and ``release`` around *every* tool
+call (and passes the trajectory's ``agent_data`` to ``execute``): the session is then keyed by the
+trajectory's ``request_id``, so state survives from one call to the next, and it is deleted when
+verl drops the trajectory (or at its idle timeout). That loop never calls ``calc_reward``: with
+``step_reward: tests`` each call returns the tests' score on the state it left as its step reward
+(verl keeps those in ``tool_rewards``).
 
 Config keys (``config`` of the YAML; unknown keys are ignored as verl passes its own)::
 
@@ -27,6 +34,7 @@ Config keys (``config`` of the YAML; unknown keys are ignored as verl passes its
     limits: {memory_mb: 1024}
     max_output_chars: 4096
     tests: [...]                  # default tests when a sample brings none
+    step_reward: none             # or tests: each call's step reward is the tests' score
 
 Without a ``tool_schema`` the tool describes itself (``get_openai_tool_schema``): a function
 ``code_interpreter`` (python) or ``bash`` taking one string argument, ``code``.
@@ -40,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import weakref
 from typing import Any
 from uuid import uuid4
 
@@ -117,13 +126,18 @@ class DistrsSessionTool(BaseTool):
         self.token = os.environ.get(str(config.get("token_env", "DISTRS_TOKEN")))
         self.timeout_s = float(config.get("timeout_s", 30.0))
         self.max_output_chars = int(config.get("max_output_chars", 4096))
+        self.step_reward = str(config.get("step_reward", "none"))
+        if self.step_reward not in ("none", "tests"):
+            raise ValueError(f"config.step_reward: none or tests, not {self.step_reward!r}")
         self._create_options: dict[str, Any] = {
             k: config[k] for k in ("idle_timeout_s", "max_lifetime_s", "limits") if config.get(k) is not None
         }
         self._default_tests = list(config.get("tests") or [])
         self._clients: dict[int, AsyncSessionClient] = {}
-        self._sessions: dict[str, AsyncSession] = {}
-        self._tests: dict[str, list[dict[str, Any]]] = {}
+        self._kwargs: dict[str, dict[str, Any]] = {}  # instance -> its create kwargs
+        self._keys: dict[str, str] = {}  # instance -> the key of its session
+        self._sessions: dict[str, AsyncSession] = {}  # key -> session
+        self._tests: dict[str, list[dict[str, Any]]] = {}  # key -> its tests
         super().__init__(config, tool_schema)
 
     def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
@@ -141,12 +155,43 @@ class DistrsSessionTool(BaseTool):
         return client
 
     async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
+        """Register an instance; its session opens on its first ``execute`` (verl 0.9's agent loop
+        creates and releases an instance around every single call: see ``_session``)."""
         instance_id = instance_id or str(uuid4())
-        files = kwargs.get("files") or None
-        session = await self._client().create(self.task, self.language, files=files, **self._create_options)
-        self._sessions[instance_id] = session
-        self._tests[instance_id] = list(kwargs.get("tests") or self._default_tests)
+        nested = kwargs.get("create_kwargs")
+        self._kwargs[instance_id] = dict(nested) if isinstance(nested, dict) else dict(kwargs)
         return instance_id, ToolResponse()
+
+    async def _session(self, instance_id: str, agent_data: Any) -> AsyncSession:
+        """The session of ``instance_id``'s trajectory, opened on first use.
+
+        verl's classic contract makes one instance per trajectory (``create`` ... ``release``).
+        verl 0.9's ``ToolAgentLoop`` instead creates and releases an instance around every tool
+        call and passes the trajectory's ``agent_data``: the session is then keyed by its
+        ``request_id`` and outlives the call's instance; it is deleted when verl drops the
+        trajectory's ``agent_data`` (or, failing that, at its idle timeout)."""
+        request_id = getattr(agent_data, "request_id", None)
+        key = f"trajectory:{request_id}" if request_id is not None else instance_id
+        self._keys[instance_id] = key
+        session = self._sessions.get(key)
+        if session is None:
+            kwargs = self._kwargs.get(instance_id, {})
+            session = await self._client().create(
+                self.task, self.language, files=kwargs.get("files") or None, **self._create_options
+            )
+            self._sessions[key] = session
+            self._tests[key] = list(kwargs.get("tests") or self._default_tests)
+            if request_id is not None:
+                weakref.finalize(agent_data, self._drop, key, asyncio.get_running_loop())
+        return session
+
+    def _drop(self, key: str, loop: asyncio.AbstractEventLoop) -> None:
+        """The trajectory is gone: delete its session (from whatever thread collected it)."""
+        session = self._sessions.pop(key, None)
+        self._tests.pop(key, None)
+        if session is not None and loop.is_running():  # a loop that is gone: the idle timeout
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(_quietly(session.delete()), loop)
 
     @rollout_trace_op
     async def execute(
@@ -159,10 +204,8 @@ class DistrsSessionTool(BaseTool):
                 0.0,
                 {"invalid_call": True},
             )
-        session = self._sessions.get(instance_id)
-        if session is None:
-            return ToolResponse(text="Error: no session for this trajectory."), 0.0, {"invalid_call": True}
         try:
+            session = await self._session(instance_id, kwargs.get("agent_data"))
             r = await session.exec(code, timeout_s=self.timeout_s)
         except APIError as e:  # the session ended: say so, never a fresh interpreter in its place
             return (
@@ -170,16 +213,19 @@ class DistrsSessionTool(BaseTool):
                 0.0,
                 {"ended": e.code},
             )
-        metrics = {
+        metrics: dict[str, Any] = {
             "duration_s": r.duration_s,
             "timed_out": r.timed_out,
             "state_survived": r.state_survived,
             "error": r.error.type if r.error else None,
         }
-        return ToolResponse(text=render(r, self.max_output_chars)), 0.0, metrics
+        step = await self.calc_reward(instance_id) if self.step_reward == "tests" else 0.0
+        return ToolResponse(text=render(r, self.max_output_chars)), step, metrics
 
     async def calc_reward(self, instance_id: str, **kwargs: Any) -> float:
-        session, tests = self._sessions.get(instance_id), self._tests.get(instance_id) or []
+        """The score of the instance's tests on its session's state (0.0 without either)."""
+        key = self._keys.get(instance_id, instance_id)
+        session, tests = self._sessions.get(key), self._tests.get(key) or []
         if session is None or not tests:
             return 0.0
         try:
@@ -189,8 +235,17 @@ class DistrsSessionTool(BaseTool):
         return float(out.get("score", 0.0))
 
     async def release(self, instance_id: str, **kwargs: Any) -> None:
-        session = self._sessions.pop(instance_id, None)
-        self._tests.pop(instance_id, None)
+        """Forget the instance; delete its session unless it belongs to a trajectory that goes on."""
+        self._kwargs.pop(instance_id, None)
+        key = self._keys.pop(instance_id, instance_id)
+        if key.startswith("trajectory:"):
+            return
+        session = self._sessions.pop(key, None)
+        self._tests.pop(key, None)
         if session is not None:
-            with contextlib.suppress(DistrsError):  # else it ends by itself at its idle timeout
-                await session.delete()
+            await _quietly(session.delete())
+
+
+async def _quietly(deletion: Any) -> None:
+    with contextlib.suppress(DistrsError):  # else it ends by itself at its idle timeout
+        await deletion
