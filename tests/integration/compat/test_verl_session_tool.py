@@ -188,9 +188,10 @@ def test_verl_09_agent_loop_calls_keep_state_per_trajectory(
         out_a.append(await call_tool_as_verl(tool, "code_interpreter", {"code": "total += 5\ntotal"}, a))
         out_b.append(await call_tool_as_verl(tool, "code_interpreter", {"code": "total"}, b))
         sid = tool._sessions["trajectory:traj-a"].session_id
-        del a  # verl drops the trajectory: its session goes
+        del a, b  # verl drops the trajectories: their sessions go
         gc.collect()
         await asyncio.sleep(0.5)
+        assert tool._sessions == {}
         return out_a, out_b, sid
 
     out_a, out_b, sid = asyncio.run(rollouts())

@@ -138,6 +138,7 @@ class DistrsSessionTool(BaseTool):
         self._keys: dict[str, str] = {}  # instance -> the key of its session
         self._sessions: dict[str, AsyncSession] = {}  # key -> session
         self._tests: dict[str, list[dict[str, Any]]] = {}  # key -> its tests
+        self._pending: set[asyncio.Task[None]] = set()  # deletions under way (kept referenced)
         super().__init__(config, tool_schema)
 
     def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
@@ -190,8 +191,10 @@ class DistrsSessionTool(BaseTool):
         session = self._sessions.pop(key, None)
         self._tests.pop(key, None)
         if session is not None and loop.is_running():  # a loop that is gone: the idle timeout
-            with contextlib.suppress(RuntimeError):
-                asyncio.run_coroutine_threadsafe(_quietly(session.delete()), loop)
+            with contextlib.suppress(RuntimeError):  # the coroutine is made inside the loop, if it runs
+                loop.call_soon_threadsafe(
+                    lambda: self._pending.add(loop.create_task(_quietly(session.delete())))
+                )
 
     @rollout_trace_op
     async def execute(
