@@ -78,3 +78,18 @@ def docs(out: Annotated[str | None, typer.Option(help="Write here instead of std
             f.write(text)
     else:
         typer.echo(text)
+
+
+@app.command()
+def openapi(
+    out: Annotated[str | None, typer.Option(help="Write here instead of stdout.")] = None,
+) -> None:
+    """Print (or write) the OpenAPI document of the session API (docs/sessions-openapi.json)."""
+    from distrs.proxy.openapi_export import render_openapi
+
+    text = render_openapi()
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+    else:
+        typer.echo(text, nl=False)

@@ -98,6 +98,34 @@ class ExecResult(BaseModel):
     stderr_truncated: bool = False
 
 
+class SessionInfo(BaseModel):
+    """A session as POST /v1/sessions and GET /v1/sessions/{id} show it."""
+
+    session_id: str
+    task: str
+    language: Language
+    state: Literal["opening", "open"]
+    created_at: float
+    last_used_at: float
+    idle_timeout_s: float
+    max_lifetime_s: float
+    expires_at: float = Field(description="When it ends unless used again (or at the end of its lifetime).")
+    limits: SessionLimits
+    execs: int
+    restarts: int
+    cpu_total_s: float
+    busy: bool
+    kernel: dict[str, Any] | None = Field(
+        None, description="GET only: the interpreter's view (python: globals; bash: cwd), restarts, CPU."
+    )
+
+
+class RewardOut(BaseModel):
+    status: Literal["ok", "wrong_answer", "timeout"]
+    score: float
+    detail: dict[str, Any] = Field(description="{passed, total, tests: [{passed, stdout, error, exit_code}]}")
+
+
 class PollIn(_Strict):
     worker_id: str = Field(pattern=ID_PATTERN)
     capacity: int = Field(ge=0, le=100_000, description="Sessions this worker may hold.")

@@ -34,7 +34,9 @@ from distrs.proxy.session_schemas import (
     FileIn,
     FilesIn,
     RewardIn,
+    RewardOut,
     SessionCreate,
+    SessionInfo,
     TestsPayload,
 )
 from distrs.proxy.sessions import SessionService, sessions_of
@@ -98,7 +100,22 @@ def _view(rec: SessionRecord) -> dict[str, Any]:
     return rec.view(public_task(rec.task))
 
 
-@router.post("", status_code=201, openapi_extra=json_body.body_doc(SessionCreate))
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"description": "session_not_found, session_deleted"},
+    410: {"description": "session_expired, session_lost, session_limit_exceeded, session_create_failed"},
+}
+
+
+@router.post(
+    "",
+    status_code=201,
+    responses={
+        201: {"model": SessionInfo, "description": "Open: a worker holds it"},
+        429: {"description": "session_quota_exceeded"},
+        503: {"description": "no_session_capacity, session_create_failed (Retry-After)"},
+    },
+    openapi_extra=json_body.body_doc(SessionCreate),
+)
 async def create_session(request: Request) -> JSONResponse:
     """Open a session: 201 ``{session_id, ...}`` once a worker holds it (429 past the tenant's
     quota, 503 when no worker opened it within ``DISTRS_SESSION_CREATE_WAIT_S``)."""
@@ -154,7 +171,11 @@ async def create_session(request: Request) -> JSONResponse:
     return JSONResponse(_view(got or rec), status_code=201)
 
 
-@router.post("/{session_id}/exec", response_model=ExecResult, openapi_extra=json_body.body_doc(ExecIn))
+@router.post(
+    "/{session_id}/exec",
+    responses={200: {"model": ExecResult, "description": "The exec's outcome"}, **ERRORS},
+    openapi_extra=json_body.body_doc(ExecIn),
+)
 async def exec_code(request: Request, session_id: str = SID) -> JSONResponse:
     """Run code in the session; its globals (python) or cwd, environment and variables (bash) and
     its files carry over to the next exec."""
@@ -173,7 +194,7 @@ async def exec_code(request: Request, session_id: str = SID) -> JSONResponse:
     return JSONResponse({**out.model_dump(), "exec_id": body.exec_id})
 
 
-@router.get("/{session_id}")
+@router.get("/{session_id}", responses={200: {"model": SessionInfo, "description": "The session"}, **ERRORS})
 async def get_session(request: Request, session_id: str = SID, kernel: bool = True) -> JSONResponse:
     """The session's record; with ``kernel`` (default) also what its interpreter holds (python:
     global names and types; bash: cwd) and its restarts and CPU time."""
@@ -186,7 +207,7 @@ async def get_session(request: Request, session_id: str = SID, kernel: bool = Tr
     return JSONResponse(view)
 
 
-@router.delete("/{session_id}", status_code=204)
+@router.delete("/{session_id}", status_code=204, responses=ERRORS)
 async def delete_session(request: Request, session_id: str = SID) -> Response:
     """End the session: its processes and files go; later calls answer 404 ``session_deleted``."""
     svc, who = _caller(request)
@@ -271,7 +292,11 @@ async def write_files(request: Request, session_id: str = SID) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/{session_id}/reward", openapi_extra=json_body.body_doc(RewardIn))
+@router.post(
+    "/{session_id}/reward",
+    responses={200: {"model": RewardOut, "description": "The reward"}, **ERRORS},
+    openapi_extra=json_body.body_doc(RewardIn),
+)
 async def reward(request: Request, session_id: str = SID) -> JSONResponse:
     """A reward computed on the session's state: ``{status, score, detail}`` (docs/sessions.md)."""
     svc, who = _caller(request)
