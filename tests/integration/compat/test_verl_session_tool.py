@@ -201,3 +201,22 @@ def test_verl_09_agent_loop_calls_keep_state_per_trajectory(
     with SessionClient(svc.url, TRAINER_A) as client, pytest.raises(NotFoundError) as e:
         client.session(sid).exec("total")
     assert e.value.code == "session_deleted"
+
+
+def test_the_documented_overrides_are_keys_of_verls_rollout_config() -> None:
+    import re
+
+    import yaml
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "trainers.md").read_text()
+    section = doc.split("### verl: multi-turn tools on sessions", 1)[1].split("## TRL", 1)[0]
+    [block] = re.findall(r"```text\n(.*?)```", section, re.DOTALL)
+    rollout = yaml.safe_load(source(*VERL, "verl/trainer/config/rollout/rollout.yaml").read_text())
+    for line in block.split():
+        key, _, _ = line.partition("=")
+        node: Any = rollout
+        for part in key.removeprefix("actor_rollout_ref.rollout.").split("."):
+            assert isinstance(node, dict) and part in node, line
+            node = node[part]
+    tools = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)[0])
+    assert tools["tools"][0]["class_name"] == CLASS and tools["tools"][0]["config"]["type"] == "native"
