@@ -211,6 +211,61 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
         ),
     ),
     (
+        "Sessions",
+        (
+            Panel(
+                "Sessions open",
+                "Stateful sessions not ended (docs/sessions.md), opening (a create in flight) and open.",
+                (Query(f"sum by (state) (distrs_sessions_open{{{NS}}})", "{{state}}"),),
+                stack=True,
+            ),
+            Panel(
+                "Sessions created and ended per second",
+                "Creates by language; ends by reason (deleted, idle_timeout, max_lifetime, lost, ...).",
+                (
+                    Query(
+                        f"sum by (language) (rate(distrs_sessions_created_total{{{NS}}}{RATE}))",
+                        "created {{language}}",
+                    ),
+                    Query(
+                        f"sum by (reason) (rate(distrs_sessions_ended_total{{{NS}}}{RATE}))",
+                        "ended {{reason}}",
+                    ),
+                ),
+                unit="ops",
+            ),
+            Panel(
+                "Exec and create round trip",
+                "Quantiles of one exec (submit to answer, at the proxy) and of one create.",
+                (
+                    *_quantiles("distrs_session_exec_seconds", "language", NS, (0.5, 0.99)),
+                    Query(
+                        "histogram_quantile(0.99, sum by (le) "
+                        f"(rate(distrs_session_create_seconds_bucket{{{NS}}}{RATE})))",
+                        "create p99",
+                    ),
+                ),
+                unit="s",
+            ),
+            Panel(
+                "Session pool and reclaim",
+                "Session workers the planner asks for and those polling (draining ones finish their "
+                "sessions); calls waiting and running; sessions the service ended by itself per second.",
+                (
+                    Query(f"max(distrs_session_pool_desired{{{NS}}})", "desired workers"),
+                    Query(
+                        f"sum by (draining) (distrs_session_workers{{{NS}}})", "workers draining={{draining}}"
+                    ),
+                    Query(f"sum by (state) (distrs_session_calls{{{NS}}})", "calls {{state}}"),
+                    Query(
+                        f"sum by (reason) (rate(distrs_sessions_reclaimed_total{{{NS}}}{RATE}))",
+                        "reclaimed {{reason}}",
+                    ),
+                ),
+            ),
+        ),
+    ),
+    (
         "GPU execute workers",
         (
             Panel(
@@ -349,7 +404,7 @@ def builder() -> db.Dashboard:
         db.Dashboard("DistRS reward service")
         .uid(UID)
         .description(
-            "Queues, worker scaling, batch delay, planner health and GPU execute workers of a DistRS release."
+            "Queues, worker scaling, batch delay, planner health, sessions and GPU execute workers of a DistRS release."
         )
         .tags(["distrs", "rl", "autoscaling"])
         .editable()

@@ -20,18 +20,26 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from distrs.actuators.base import Actuator
-from distrs.config import PlannerSettings
+from distrs.config import PlannerSettings, SessionSettings
 from distrs.core.pipeline_config import load_pipelines
-from distrs.metrics import Metrics
+from distrs.metrics import Metrics, SessionMetrics
 from distrs.planner.loop import Planner
+from distrs.planner.sessions import POOL, SessionPoolPlanner
 from distrs.store.base import QueueStore
 from distrs.store.factory import create_store
+from distrs.store.sessions import SessionStore, create_session_store
 
 log = logging.getLogger(__name__)
 
 
-def busy_from(store: QueueStore, clock: Any) -> Any:
+def busy_from(store: QueueStore, clock: Any, sessions: SessionStore | None = None) -> Any:
+    """Worker ids a scale-down should spare: those holding a lease, and for the session pool
+    those holding a session (its state lives in them)."""
+
     async def busy(stage: str) -> set[str]:
+        if stage == POOL and sessions is not None:
+            stats = await sessions.stats(clock())
+            return {w for w, n in stats.open_by_worker.items() if n > 0}
         snap = await store.snapshot(clock())
         return set(snap.busy_workers.get(stage, []))
 
@@ -39,15 +47,21 @@ def busy_from(store: QueueStore, clock: Any) -> Any:
 
 
 def build_actuator(
-    settings: PlannerSettings, store: QueueStore, metrics: Metrics, stages: list[str], proxy_url: str | None
+    settings: PlannerSettings,
+    store: QueueStore,
+    metrics: Metrics,
+    stages: list[str],
+    proxy_url: str | None,
+    sessions: SessionStore | None = None,
 ) -> Actuator:
     import time
 
     if settings.actuator == "kubernetes":
         from distrs.actuators.kubernetes import create_kubernetes_actuator
 
+        pools = [*stages, POOL] if sessions is not None else stages
         return create_kubernetes_actuator(
-            settings, stages, busy_workers=busy_from(store, time.time), metrics=metrics
+            settings, pools, busy_workers=busy_from(store, time.time, sessions), metrics=metrics
         )
     if settings.actuator == "local":
         from distrs.actuators.local import LocalActuator
@@ -55,7 +69,8 @@ def build_actuator(
         url = proxy_url or settings.proxy_url
         if not url:
             raise SystemExit("the local actuator needs --proxy URL (or DISTRS_PROXY_URL) for its workers")
-        return LocalActuator(proxy_url=url, max_per_stage=settings.max_replicas)
+        commands = {POOL: ["session-worker"]} if sessions is not None else {}
+        return LocalActuator(proxy_url=url, max_per_stage=settings.max_replicas, commands=commands)
     raise SystemExit(f"unknown actuator {settings.actuator!r}: use local or kubernetes")
 
 
@@ -121,6 +136,8 @@ def run_planner(
     holder: dict[str, Planner] = {}
     probes = serve_probes(settings.metrics_port, metrics, holder)
     store = create_store(settings)
+    session_settings = SessionSettings()
+    sessions = create_session_store(settings) if session_settings.enabled else None
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -128,11 +145,20 @@ def run_planner(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await store.start()
-        act = build_actuator(settings, store, metrics, list(table.stages), proxy_url)
+        act = build_actuator(settings, store, metrics, list(table.stages), proxy_url, sessions)
         holder["p"] = Planner(store, act, table, settings, metrics=metrics)
+        pool = None
+        if sessions is not None:  # the session-worker pool, sized from the session store
+            await sessions.start()
+            planner = SessionPoolPlanner(sessions, act, session_settings, SessionMetrics(metrics.registry))
+            pool = asyncio.create_task(planner.run(stop))
         try:
             await holder["p"].run(stop)
         finally:
+            if pool is not None:
+                await pool
+                assert sessions is not None
+                await sessions.close()
             await act.close()
             await store.close()
 

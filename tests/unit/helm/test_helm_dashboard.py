@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from distrs import dashboards
-from distrs.metrics import GPU_GAUGES, Metrics, WorkerMetrics
+from distrs.metrics import GPU_GAUGES, Metrics, SessionMetrics, WorkerMetrics
 from tests.fixtures.gpu import HEALTHY
 
 METRIC = re.compile(r"\b(distrs_[a-z_]+)")
@@ -20,7 +20,9 @@ METRIC = re.compile(r"\b(distrs_[a-z_]+)")
 def exported_names() -> set[str]:
     names = set()
     worker = WorkerMetrics(gpu_read=lambda: [HEALTHY])  # an execute worker's /metrics, fake NVML
-    for family in [*Metrics().registry.collect(), *worker.registry.collect()]:
+    proxy = Metrics()
+    SessionMetrics(proxy.registry)  # the proxy's session collectors share its registry
+    for family in [*proxy.registry.collect(), *worker.registry.collect()]:
         names.add(family.name)
         if family.type == "counter":
             names.add(family.name + "_total")

@@ -34,7 +34,7 @@ def test_names_are_pinned_where_rbac_allows() -> None:
     objs = render({"workers": {"stages": {"verify": {"enabled": False}}}})
     role = one(objs, "Role", f"{F}-planner")
     scale = [r for r in role["rules"] if r["resources"] == ["deployments/scale"]]
-    assert scale[0]["resourceNames"] == [f"{F}-worker-{s}" for s in ("compile", "execute", "run")]
+    assert scale[0]["resourceNames"] == [f"{F}-worker-{s}" for s in ("compile", "execute", "run", "sessions")]
     workers = {o["metadata"]["name"] for o in find(objs, "Deployment") if "-worker-" in o["metadata"]["name"]}
     assert set(scale[0]["resourceNames"]) == workers
     binding = one(objs, "RoleBinding", f"{F}-planner")
@@ -52,5 +52,10 @@ def test_no_rbac_objects_when_disabled() -> None:
 def test_no_workers_means_no_scale_grant_at_all() -> None:
     """An empty resourceNames list would mean *every* Deployment; the rule must go instead."""
     stages = {s: {"enabled": False} for s in ("compile", "execute", "run", "verify")}
-    role = one(render({"workers": {"stages": stages}}), "Role", f"{F}-planner")
+    role = one(
+        render({"workers": {"stages": stages}, "sessions": {"enabled": False}}), "Role", f"{F}-planner"
+    )
     assert not [r for r in role["rules"] if "deployments/scale" in r["resources"]]
+    only_sessions = one(render({"workers": {"stages": stages}}), "Role", f"{F}-planner")
+    scale = [r for r in only_sessions["rules"] if "deployments/scale" in r["resources"]]
+    assert scale[0]["resourceNames"] == [f"{F}-worker-sessions"]

@@ -276,7 +276,7 @@ def test_processes_get_cluster_mode_and_a_seed_url(rendered: dict[str, Any]) -> 
         for d in find(objs, "Deployment")
         if d["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
     ]
-    assert len(workers) == 4
+    assert len(workers) == 5  # four stages and the session pool
     for d in workers:  # workers talk to the proxy only
         env = env_of(d["spec"]["template"]["spec"]["containers"][0])
         assert not any(n.startswith("DISTRS_REDIS") for n in env)
@@ -303,11 +303,12 @@ def _settings_declare_redis_mode() -> bool:
 )
 def test_cluster_env_vars_are_real_settings(rendered: dict[str, Any]) -> None:
     """A DISTRS_* variable the settings do not declare would be silently ignored (extra=ignore)."""
-    from distrs.config import PlannerSettings, ProxySettings
+    from distrs.config import PlannerSettings, ProxySettings, SessionSettings
 
+    sessions = {f"DISTRS_SESSION_{n.upper()}" for n in SessionSettings.model_fields}
     allowed = {
-        "proxy": {f"DISTRS_{n.upper()}" for n in ProxySettings.model_fields},
-        "planner": {f"DISTRS_{n.upper()}" for n in PlannerSettings.model_fields},
+        "proxy": {f"DISTRS_{n.upper()}" for n in ProxySettings.model_fields} | sessions,
+        "planner": {f"DISTRS_{n.upper()}" for n in PlannerSettings.model_fields} | sessions,
     }
     for case in ("cluster", "external-cluster"):
         for component, settings in allowed.items():
@@ -513,12 +514,13 @@ def test_external_sentinel_values_render_the_url_mode_and_passwords_the_store_re
 def test_the_sentinel_env_the_chart_renders_is_what_the_store_accepts(rendered: dict[str, Any]) -> None:
     """Every DISTRS_* variable is a declared setting, and the URL built from the values (with the
     password Kubernetes puts in) passes the store's own validation in sentinel mode."""
-    from distrs.config import PlannerSettings, ProxySettings
+    from distrs.config import PlannerSettings, ProxySettings, SessionSettings
     from distrs.sentinel_url import parse_sentinel_url
 
+    sessions = {f"DISTRS_SESSION_{n.upper()}" for n in SessionSettings.model_fields}
     for component, cls in (("proxy", ProxySettings), ("planner", PlannerSettings)):
         env = env_of(_container(rendered["external-sentinel"], "Deployment", f"{F}-{component}"))
-        declared = {f"DISTRS_{n.upper()}" for n in cls.model_fields}
+        declared = {f"DISTRS_{n.upper()}" for n in cls.model_fields} | sessions
         assert {n for n in env if n.startswith("DISTRS_")} <= declared, component
         url = env["DISTRS_REDIS_URL"].replace("$(REDIS_PASSWORD)", "s3cret")
         settings = cls.model_validate(

@@ -65,3 +65,32 @@ async def test_the_pool_follows_open_sessions_and_holds_its_size_over_the_window
     clock.t += 31
     assert await planner.decide() == 0
     assert act.asked[-1] == (POOL, 0) and all(stage == POOL for stage, _ in act.asked)
+
+
+async def test_a_kubernetes_scale_down_spares_the_pods_holding_sessions() -> None:
+    from distrs.actuators.kubernetes import is_busy
+    from distrs.planner.process import busy_from
+    from distrs.store.memory import MemoryStore
+
+    store, clock = MemorySessionStore(), Clock()
+    rec = SessionRecord(
+        session_id="s1",
+        tenant="a",
+        task="a/t",
+        language=Language.PYTHON,
+        created_at=clock.t,
+        last_used_at=clock.t,
+        idle_timeout_s=60,
+        max_lifetime_s=600,
+    )
+    await store.create(
+        rec, SessionOp(op_id="s1.c", session_id="s1", kind=OpKind.CREATE, created_at=clock.t), clock.t, None
+    )
+    worker = "pod-a-1-ab12cd-s1"  # the session worker's id: its pod's name first
+    [op] = await store.poll(
+        WorkerView(worker_id=worker, holder="h", capacity=3, seen_at=clock.t), clock.t, 5, 10.0
+    )
+    await store.complete("h", [OpDone(op_id=op.op_id, result={})], clock.t)
+    busy = await busy_from(MemoryStore(), clock, store)(POOL)
+    assert busy == {worker}
+    assert is_busy("pod-a", busy) and not is_busy("pod-b", busy)

@@ -301,3 +301,26 @@ distrs/{{ include "distrs.seccompProfileFile" . }}
 {{- with .Values.sandbox.appArmorProfile }}{{ $_ := set $csc "appArmorProfile" . }}{{ end }}
 {{- toYaml $csc }}
 {{- end }}
+
+{{/* DISTRS_SESSION_* of the proxy, the planner and the session workers (one source: the
+sessions values), so the three agree on the pool's shape and the sessions' defaults. */}}
+{{- define "distrs.sessionEnv" -}}
+- name: DISTRS_SESSION_ENABLED
+  value: {{ .Values.sessions.enabled | quote }}
+- name: DISTRS_SESSION_PER_WORKER
+  value: {{ .Values.sessions.perWorker | quote }}
+- name: DISTRS_SESSION_EXEC_SLOTS_PER_WORKER
+  value: {{ .Values.sessions.execSlots | quote }}
+- name: DISTRS_SESSION_MIN_WORKERS
+  value: {{ .Values.sessions.minWorkers | quote }}
+- name: DISTRS_SESSION_MAX_WORKERS
+  value: {{ .Values.sessions.maxWorkers | quote }}
+- name: DISTRS_SESSION_SPARES_MIN
+  value: {{ .Values.sessions.spares.min | quote }}
+- name: DISTRS_SESSION_SPARES_WINDOW_S
+  value: {{ .Values.sessions.spares.windowSeconds | quote }}
+- name: DISTRS_SESSION_IDLE_TIMEOUT_S
+  value: {{ .Values.sessions.idleTimeoutSeconds | quote }}
+- name: DISTRS_SESSION_MAX_OPEN_PER_TENANT
+  value: {{ .Values.sessions.maxOpenPerTenant | quote }}
+{{- end }}
