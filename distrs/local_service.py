@@ -153,7 +153,8 @@ async def serve(
         max_per_stage=max_workers,
         log_dir=worker_log_dir,
         stage_caps=caps,
-        commands={POOL: ["session-worker"]} if sessions is not None else {},
+        # Ctrl-C ends open sessions after a short grace, well within the actuator's drain
+        commands={POOL: ["session-worker", "--stop-grace-s", "5"]} if sessions is not None else {},
     )
     psettings = PlannerSettings(
         policy=policy,

@@ -37,6 +37,7 @@ from distrs.sandbox.local import LocalSandbox, LocalSession
 
 MiB = 1 << 20
 CHILD_SOURCE = Path(__file__).with_name("session_child.py")
+KERNEL_SOURCE = Path(__file__).with_name("session_kernel.py")
 PROTOCOL = b"session/1"
 HOST_GRACE_S = 5.0
 START_TIMEOUT_S = 30.0
@@ -59,7 +60,8 @@ class SessionDead(SandboxError):
 
 
 def child_source() -> str:
-    return CHILD_SOURCE.read_text()
+    """The program of a session's jail: the kernel's file, then the supervisor's (which uses it)."""
+    return KERNEL_SOURCE.read_text() + "\n" + CHILD_SOURCE.read_text()
 
 
 def own_python() -> tuple[str, Mounts]:

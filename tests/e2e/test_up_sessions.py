@@ -91,3 +91,5 @@ def test_sessions_through_distrs_up_and_nothing_left_after_ctrl_c(tmp_path: Path
     while session_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert session_processes() == []
+    mounts = Path("/proc/self/mounts").read_text()
+    assert str(tmp_path) not in mounts  # every session's tmpfs was unmounted by its worker

@@ -21,6 +21,7 @@ from tests.unit.helm.chart_render import CHART, NAMESPACE, env_of, find, one, po
 helm = need_module("helm_python", "the chart is rendered with it (the dev extra installs it)")
 
 F = "rel-distrs"
+POOLS = ("compile", "execute", "run", "sessions", "verify")  # the stages' worker pools and the session pool
 PIPELINES = Path(__file__).resolve().parents[3] / "distrs" / "core" / "default_pipelines.yaml"
 
 CASES: dict[str, dict[str, Any]] = {
@@ -138,7 +139,7 @@ def test_defaults_objects(rendered: dict[str, Any]) -> None:
     workers = sorted(
         o["metadata"]["name"] for o in find(objs, "Deployment") if "-worker-" in o["metadata"]["name"]
     )
-    assert workers == [f"{F}-worker-{s}" for s in ("compile", "execute", "run", "sessions", "verify")]
+    assert workers == [f"{F}-worker-{s}" for s in POOLS]
     assert find(objs, "Ingress") == [] and find(objs, "ServiceMonitor") == []
     test_pod = one(objs, "Pod", f"{F}-test")
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
@@ -397,8 +398,7 @@ def test_tokens_secret_and_pipelines_override(rendered: dict[str, Any]) -> None:
         c = dep["spec"]["template"]["spec"]["containers"][0]
         if dep["metadata"]["name"].endswith("-planner"):  # PlannerSettings has no pipelines_file: --config
             assert c["args"] == ["--config", "/etc/distrs/pipelines.yaml"]
-        elif dep["metadata"]["name"].endswith("-worker-sessions"):  # runs sessions, no reward type
-            assert "DISTRS_PIPELINES_FILE" not in env_of(c)
+        elif dep["metadata"]["name"].endswith("-worker-sessions"):  # no reward type: no pipelines
             continue
         else:
             assert env_of(c)["DISTRS_PIPELINES_FILE"] == "/etc/distrs/pipelines.yaml"
@@ -425,10 +425,7 @@ def test_worker_network_policy_allows_only_proxy_and_dns(rendered: dict[str, Any
         if np["spec"]["podSelector"]["matchLabels"].items()
         <= o["spec"]["template"]["metadata"]["labels"].items()
     ]
-    # the session workers too: they run untrusted code as the stage workers do
-    assert sorted(selected) == [
-        f"{F}-worker-{s}" for s in ("compile", "execute", "run", "sessions", "verify")
-    ]
+    assert sorted(selected) == [f"{F}-worker-{s}" for s in POOLS]
     redis_np = one(objs, "NetworkPolicy", f"{F}-redis")
     assert redis_np["spec"]["egress"] == []
 
@@ -475,14 +472,10 @@ def test_every_distrs_env_var_is_a_real_setting(rendered: dict[str, Any]) -> Non
     from distrs.config import SessionSettings
     from distrs.sandbox import SandboxSettings
 
-    sessions = {f"DISTRS_SESSION_{n.upper()}" for n in SessionSettings.model_fields}
-    allowed = {
-        "proxy": fields(ProxySettings) | sessions,
-        "planner": fields(PlannerSettings) | sessions,
-        "worker": fields(WorkerSettings)
-        | sessions
-        | {f"DISTRS_SANDBOX_{n.upper()}" for n in SandboxSettings.model_fields},
-    }
+    ss = {f"DISTRS_SESSION_{n.upper()}" for n in SessionSettings.model_fields}  # all three read them
+    sandbox = {f"DISTRS_SANDBOX_{n.upper()}" for n in SandboxSettings.model_fields}
+    allowed = {"proxy": fields(ProxySettings) | ss, "planner": fields(PlannerSettings) | ss}
+    allowed["worker"] = fields(WorkerSettings) | ss | sandbox
     seen = 0
     for case in ("defaults", "planner-ha", "tokens-and-pipelines"):
         for dep in find(rendered[case], "Deployment"):
@@ -603,27 +596,3 @@ def test_runtime_default_mode_and_own_profile(rendered: dict[str, Any]) -> None:
 def test_installer_none_needs_a_profile_path(chart: Any) -> None:
     with pytest.raises(Exception, match="localhostProfile is required"):
         render({"sandbox": {"seccompProfile": {"installer": "none"}}}, chart=chart)
-
-
-def test_session_pool_is_a_planner_scaled_worker_deployment(rendered: dict[str, Any], chart: Any) -> None:
-    objs = rendered["defaults"]
-    dep = one(objs, "Deployment", f"{F}-worker-sessions")
-    spec = dep["spec"]["template"]["spec"]
-    c = spec["containers"][0]
-    assert c["command"][:2] == ["distrs", "session-worker"] and "--stop-grace-s" in c["command"]
-    assert spec["terminationGracePeriodSeconds"] > int(c["command"][c["command"].index("--stop-grace-s") + 1])
-    assert (
-        dep["spec"]["replicas"] == 0 and dep["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
-    )
-    assert env_of(c)["DISTRS_SESSION_PER_WORKER"] == "200" and env_of(c)["DISTRS_SANDBOX_UID_COUNT"] == "512"
-    # the planner may scale it, and sizes it with the same shape the proxy and the workers use
-    role = one(objs, "Role", f"{F}-planner")
-    scalable = next(r for r in role["rules"] if r["resources"] == ["deployments/scale"])
-    assert f"{F}-worker-sessions" in scalable["resourceNames"]
-    for name in (f"{F}-planner", f"{F}-proxy"):
-        env = env_of(one(objs, "Deployment", name)["spec"]["template"]["spec"]["containers"][0])
-        assert env["DISTRS_SESSION_PER_WORKER"] == "200" and env["DISTRS_SESSION_MAX_WORKERS"] == "8"
-    off = render({"sessions": {"enabled": False}}, chart=chart)
-    assert find(off, "Deployment", f"{F}-worker-sessions") == []
-    with pytest.raises(Exception, match="perWorker"):
-        chart.validate_schema({"sessions": {"perWorker": 0}})
