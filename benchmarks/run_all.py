@@ -22,6 +22,7 @@ ORDER = [
     "placement",
     "recovery",
     "compile",
+    "sessions",
 ]
 
 

@@ -205,13 +205,11 @@ def create_app(
     # Those of them that take only the request are served as plain Starlette routes, ahead of
     # everything (``plain_routes.py``); the FastAPI routes behind them document them.
     # ``ProxyApp`` answers those before FastAPI's per-call layers (``hot_path.py``).
-    hot = [*worker.router.routes, *trainer.router.routes]
+    hot = [*worker.router.routes, *trainer.router.routes, *session_ops.router.routes, *sessions.router.routes]
     fast = plain(hot)
     app.router.routes[0:0] = [*fast, *hot]
     app.serve_hot(fast, settings.max_body_bytes, lambda send: reject_too_large(send, settings.max_body_bytes))
     app.include_router(workers.router)
-    app.include_router(sessions.router)
-    app.include_router(session_ops.router)
     app.include_router(ops.router)
     app.include_router(catalog.router)
     with contextlib.suppress(ImportError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import secrets
 import time
 from typing import Any
@@ -42,7 +43,31 @@ from distrs.proxy.session_schemas import (
 from distrs.proxy.sessions import SessionService, sessions_of
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"], default_response_class=JSONResponse)
-SID = Path(pattern=r"^s[0-9a-f]{24}$", description="Session id (as POST /v1/sessions answered).")
+SID_PATTERN = r"^s[0-9a-f]{24}$"
+SID = Path(pattern=SID_PATTERN, description="Session id (as POST /v1/sessions answered).")
+_SID = re.compile(SID_PATTERN)
+# The session id path parameter as the OpenAPI schema documents it, for the routes that read it
+# themselves (``_session_id``) to be served on the plain fast path (``proxy/plain_routes.py``).
+_SID_PARAM = {
+    "name": "session_id",
+    "in": "path",
+    "required": True,
+    "description": "Session id (as POST /v1/sessions answered).",
+    "schema": {"type": "string", "pattern": SID_PATTERN},
+}
+
+
+def _session_id(request: Request) -> str:
+    """The path's session id, checked as a declared parameter would be (422 naming it)."""
+    sid: str = request.path_params["session_id"]
+    if _SID.fullmatch(sid) is None:
+        problem = f"String should match pattern '{SID_PATTERN}'"
+        raise from_errors(
+            [{"loc": ("path", "session_id"), "msg": problem, "type": "string_pattern_mismatch"}]
+        )
+    return sid
+
+
 STATE_WAIT_S = 10.0
 
 
@@ -174,11 +199,12 @@ async def create_session(request: Request) -> JSONResponse:
 @router.post(
     "/{session_id}/exec",
     responses={200: {"model": ExecResult, "description": "The exec's outcome"}, **ERRORS},
-    openapi_extra=json_body.body_doc(ExecIn),
+    openapi_extra={**json_body.body_doc(ExecIn), "parameters": [_SID_PARAM]},
 )
-async def exec_code(request: Request, session_id: str = SID) -> JSONResponse:
+async def exec_code(request: Request) -> JSONResponse:
     """Run code in the session; its globals (python) or cwd, environment and variables (bash) and
     its files carry over to the next exec."""
+    session_id = _session_id(request)
     svc, who = _caller(request)
     body = await json_body.read(request, ExecIn)
     timeout = body.timeout_s or svc.settings.exec_timeout_s
