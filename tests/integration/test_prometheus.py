@@ -3,8 +3,9 @@
 A real ``prometheus`` (the Debian package) scrapes a live proxy (with real workers), a live
 ``distrs planner`` process, both over a real redis-server, and an execute worker's /metrics over a
 fake NVML (the GPU row), while a short synthetic replay runs:
-three batches of one task (some requests failing at compile), plus one request whose lease a
-"ghost" worker takes and abandons so a lease expires. Each dashboard expression is then run as a
+three batches of one task (some requests failing at compile), each followed by a session opened,
+used and deleted (the planner starts the session pool for the first), plus one request whose
+lease a "ghost" worker takes and abandons so a lease expires. Each dashboard expression is then run as a
 range query over the replay window, with the dashboard's variables filled in the way Grafana
 would, and must give at least one finite value.
 """
@@ -95,6 +96,9 @@ def planner_process(redis_url: str, proxy_url: str, metrics_port: int, workdir: 
             "DISTRS_STATIC_REPLICAS": "0",
             "DISTRS_INTERVAL_S": "1",
             "PYTHONUNBUFFERED": "1",
+            # the session pool's host, which the planner's local actuator starts for the replay's
+            # sessions, authenticates with the worker token it inherits
+            "DISTRS_TOKEN": WORKER,
         }
     )
     log = open(workdir / "planner.log", "wb")  # noqa: SIM115
@@ -163,6 +167,17 @@ def replay(client: httpx.Client, ghost: httpx.Client) -> None:
             raise AssertionError(f"batch {batch} did not complete")
         statuses = sorted(x["status"] for x in r.json()["results"])
         assert statuses.count("compile_error") == 2 and statuses.count("ok") == 6
+        session(client)
+
+
+def session(client: httpx.Client) -> None:
+    """One session per batch (its pool started by the planner on the first): open, exec, delete."""
+    r = client.post("/v1/sessions", json={"task": "task-a", "language": "python"}, timeout=90)
+    assert r.status_code == 201, r.text
+    sid = r.json()["session_id"]
+    r = client.post(f"/v1/sessions/{sid}/exec", json={"code": "6 * 7"})
+    assert r.json()["value"] == "42", r.text
+    assert client.delete(f"/v1/sessions/{sid}").status_code == 204
 
 
 @contextlib.contextmanager
