@@ -67,6 +67,8 @@ from typing import Any, ParamSpec, TypeVar
 import orjson
 from fastapi import FastAPI, Request, Response
 
+from distrs.core.model import Completion
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -707,7 +709,7 @@ async def phase_store(redis_url: str, n: int, workers: int) -> dict[str, Any]:
         await store.register_batch(BatchInfo(task="s", batch_id="b", size=n), 1.0)
         reqs = [
             NewRequest(task="s", batch_id="b", request_id=f"r{i}", reward_type="synthetic",
-                       first_stage="compile", payload=_payload())
+                       route=["compile"], payload=_payload())
             for i in range(n)
         ]  # fmt: skip
         final = Result(request_id="", status=Status.OK, score=1.0)
@@ -717,7 +719,7 @@ async def phase_store(redis_url: str, n: int, workers: int) -> dict[str, Any]:
 
         async def worker(k: int) -> None:
             while (lease := await store.lease("compile", f"w{k}", 3.0, 30.0)) is not None:
-                await store.complete(lease.lease_id, f"w{k}", 4.0, 0.0, None, None, final, "final")
+                await store.complete(Completion(lease_id=lease.lease_id, result=final), f"w{k}", 4.0)
 
         await asyncio.gather(*(worker(k) for k in range(workers)))
         assert len(await store.batch_results("s", "b")) == n

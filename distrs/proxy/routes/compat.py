@@ -238,7 +238,7 @@ async def _submit_and_wait(
             batch_id=batch_id,
             request_id=f"{batch_id}-{i}",
             reward_type=rt,
-            first_stage=route(st.table, rt, payload)[0],
+            route=route(st.table, rt, payload),
             payload=payload,
         )
         for i, (rt, payload) in enumerate(items)

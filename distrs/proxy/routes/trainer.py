@@ -116,7 +116,7 @@ async def submit(request: Request) -> JSONResponse:
                 batch_id=it.batch_id,
                 request_id=it.request_id,
                 reward_type=it.reward_type,
-                first_stage=stages[0],
+                route=stages,
                 payload=it.payload,
             )
         )

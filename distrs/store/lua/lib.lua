@@ -1,5 +1,6 @@
 -- Shared helpers, prepended to every script at load time (see distrs/store/redis/scripts.py).
--- Keys are never built here: they come in KEYS or are read from records (distrs/store/keys.py).
+-- Keys are never built here: they come in K (the script's named keys), in the rows of L, or are
+-- read from records (distrs/store/keys.py).
 
 local function fmt(x)
   -- full double precision; string.format keeps integers and fractions exact enough for JSON
@@ -44,17 +45,25 @@ local function append_json(arr, item)
   return string.sub(arr, 1, -2) .. ',' .. item .. ']'
 end
 
--- Usage counters (standalone mode; distrs/store/redis/usage.py). A script that changes what a
--- tenant uses moves its counters in the same step, so they never drift from the batch records.
+-- Usage counters (distrs/store/redis/usage.py). A script that changes what a tenant uses counts
+-- it in the same step: standalone, it moves the counters itself, so they never drift from the
+-- batch records; in cluster mode the counters live in another slot, so it hands the counts back
+-- (CLUSTER.usage, rows {'s', tenant, batch key, n} for accepted requests and {'f', tenant, batch
+-- key, n, size, expires_at or ''} for final results) and the store writes them.
 -- u: the key prefixes of the four counters as keys.py builds them (uqueued, ubytes, uexpiry,
--- utotals), or nil in cluster mode, where the counters live in another slot and the store's
--- Python code updates them. A counter write that fails (a key of the wrong type) is skipped, never
--- raised: the transition has already written and must land whole; an exact count repairs it.
+-- utotals), or nil in cluster mode. A counter write that fails (a key of the wrong type) is
+-- skipped, never raised: the transition has already written and must land whole; an exact count
+-- repairs it.
 local function usage_prefixes(queued, bytes, expiry, totals)
   if queued == nil or queued == '' then
     return nil
   end
   return {queued, bytes, expiry, totals}
+end
+
+-- Whether this script counts usage (standalone: writes it; cluster: hands it back).
+local function usage_counted(ctx)
+  return ctx.usage ~= nil or CLUSTER
 end
 
 -- The tenant's part of a usage key: keys.py _part (escapes '%' and ':').
@@ -63,10 +72,15 @@ local function usage_tenant(tenant)
 end
 
 -- n requests of batch bkey accepted.
-local function usage_submitted(u, tenant, bkey, n)
-  local t = usage_tenant(tenant)
-  redis.pcall('HINCRBY', u[1] .. t, bkey, n)
-  redis.pcall('HINCRBY', u[4] .. t, 'queued', n)
+local function usage_submitted(ctx, tenant, bkey, n)
+  local u = ctx.usage
+  if u then
+    local t = usage_tenant(tenant)
+    redis.pcall('HINCRBY', u[1] .. t, bkey, n)
+    redis.pcall('HINCRBY', u[4] .. t, 'queued', n)
+  elseif CLUSTER then
+    CLUSTER.usage[#CLUSTER.usage + 1] = {'s', tenant, bkey, n}
+  end
 end
 
 -- A final result of size characters; expires_at: when the batch's results expire, if the batch
@@ -100,13 +114,23 @@ local function usage_finished(ctx, tenant, bkey, size, expires_at)
   t.size = t.size + size
 end
 
--- Write what usage_finished summed (every script that calls finish ends with this).
+-- Write (or, in cluster mode, hand back) what usage_finished summed (every script that calls
+-- finish ends with this).
 local function usage_flush(ctx)
   local acc, u = ctx.usage_acc, ctx.usage
   if not acc then
     return
   end
   ctx.usage_acc = nil
+  if not u then
+    for _, bkey in ipairs(acc.border) do
+      local b = acc.batches[bkey]
+      local expires_at = ''
+      if b.expires_at then expires_at = fmt(b.expires_at) end
+      CLUSTER.usage[#CLUSTER.usage + 1] = {'f', b.tenant, bkey, b.n, b.size, expires_at}
+    end
+    return
+  end
   for _, bkey in ipairs(acc.border) do
     local b = acc.batches[bkey]
     local t = usage_tenant(b.tenant)
@@ -124,6 +148,15 @@ local function usage_flush(ctx)
     redis.pcall('HINCRBY', u[4] .. t, 'queued', -sum.n)
     redis.pcall('HINCRBY', u[4] .. t, 'bytes', sum.size)
   end
+end
+
+-- The context of a transition that may finish requests (complete.lua, requeue_expired.lua), from
+-- the keys and arguments they share (distrs/store/redis/scripts.py TransitionKeys).
+local function transition(K, A)
+  return {leases = K.leases, active = K.active, events = K.events, stages = K.stages,
+    chan_work = A.chan_work, chan_result = A.chan_result, ttl = A.ttl, k = A.history_k,
+    maxlen = A.maxlen, policy = A.policy,
+    usage = usage_prefixes(A.u_queued, A.u_bytes, A.u_expiry, A.u_totals)}
 end
 
 -- A result's size, as the quotas count it: the length in characters (code points) of the
@@ -321,9 +354,8 @@ end
 -- result_body: the Result JSON without "request_id" and "stages"; both are spliced in here.
 -- last_stage: a stage record JSON to append to the request's stages first (or nil), written
 -- with the result in one HSET. body_chars: result_body's length as pydantic writes it, when the
--- script wrote it (else result_body came from pydantic and is measured as it is). ctx.usage:
--- the usage counters to move (standalone; usage_prefixes), summed in ctx until the script
--- calls usage_flush.
+-- script wrote it (else result_body came from pydantic and is measured as it is). The usage it
+-- changes is summed in ctx until the script calls usage_flush.
 local function finish(reqkey, result_body, status, now, ctx, last_stage, body_chars)
   local r = redis.call('HMGET', reqkey, 'k_batch', 'seq', 'stages', 'arrived_at', 'request_id',
     'tenant')
@@ -345,7 +377,7 @@ local function finish(reqkey, result_body, status, now, ctx, last_stage, body_ch
   local s = {}
   local names = {}
   local total = 0
-  local u = r[6] and ctx.usage
+  local u = r[6] and usage_counted(ctx)
   -- {"request_id":X,BODY,"stages":[S,...]}: 14 + X + 1 + (BODY less its braces) + 10 + 2 + S...
   -- + commas + 1
   local size = 0
@@ -472,31 +504,52 @@ local function extend(lkey, leases_key, now, ttl, holder, lease_id)
   return deadline
 end
 
--- Finish a live lease (complete.lua, complete_bundle.lua): move the request on to next_stage
--- (qkey, with artifacts; '' keeps them) or record its result. Returns batch_completed (0|1) and
--- the request key, or nil, code, details. ctx: active, events, stages, chan_work, chan_result,
--- ttl, k, maxlen, policy.
-local function complete_one(lkey, leases_key, qkey, holder, lease_id, now, run_s, outcome,
-                            next_stage, artifacts, result_body, status, ctx)
-  local l, code, details = check_lease(lkey, now, holder, lease_id, 'k_req', 'stage', 'queued_s',
-    'worker')
+-- The stage after stage on a request's route and its queue key: route is the request's 'route'
+-- field, JSON [[stage, queue key], ...] (absent for a route of one stage); nil at its end.
+local function next_on_route(route, stage)
+  if not route then
+    return nil
+  end
+  local hops = cjson.decode(route)
+  for i = 1, #hops - 1 do
+    if hops[i][1] == stage then
+      return hops[i + 1][1], hops[i + 1][2]
+    end
+  end
+  return nil
+end
+
+-- Finish a live lease (complete.lua): 'next' moves the request on to the next stage of its route
+-- (with it.artifacts; '' keeps them), 'final' records its result. Returns batch_completed (0|1)
+-- and the request key, or nil, code, details, having written nothing (a 'next' at the last stage
+-- of the route is refused). ctx: lib.lua transition.
+local function complete_one(it, holder, now, ctx)
+  local l, code, details = check_lease(it.lease, now, holder, it.lease_id, 'k_req', 'stage',
+    'queued_s', 'worker')
   if not l then
     return nil, code, details
   end
-  local reqkey = l[4]
-  redis.call('DEL', lkey)
-  redis.call('ZREM', leases_key, lkey)
-  local record = stage_record(l[5], l[7], tonumber(l[6]), tonumber(run_s), outcome)
-  if next_stage == '' then
-    return finish(reqkey, result_body, status, now, ctx, record), reqkey
+  local reqkey, stage = l[4], l[5]
+  local r, next_stage, qkey
+  if it.outcome == 'next' then
+    r = redis.call('HMGET', reqkey, 'seq', 'k_batch', 'stages', 'route')
+    next_stage, qkey = next_on_route(r[4], stage)
+    if not next_stage then
+      return nil, 'no_next_stage', {lease_id = it.lease_id, stage = stage}
+    end
   end
-  local r = redis.call('HMGET', reqkey, 'seq', 'k_batch', 'stages')
+  redis.call('DEL', it.lease)
+  redis.call('ZREM', ctx.leases, it.lease)
+  local record = stage_record(stage, l[7], tonumber(l[6]), tonumber(it.run_s), it.outcome)
+  if not next_stage then
+    return finish(reqkey, it.result, it.status, now, ctx, record), reqkey
+  end
   -- max_attempts counts per stage
   local fields = {'stages', append_json(r[3], record), 'state', 'queued', 'stage', next_stage,
     'stage_enqueued_at', now, 'attempts', 0}
-  if artifacts ~= '' then
+  if it.artifacts ~= '' then
     fields[#fields + 1] = 'artifacts'
-    fields[#fields + 1] = artifacts
+    fields[#fields + 1] = it.artifacts
   end
   redis.call('HSET', reqkey, unpack(fields))
   redis.call('HDEL', reqkey, 'lease')

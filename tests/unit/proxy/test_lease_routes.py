@@ -25,7 +25,7 @@ async def _submit_direct(api: Api, rid: str, payload: dict[str, Any], size: int 
         batch_id="b1",
         request_id=rid,
         reward_type="synthetic",
-        first_stage="compile",
+        route=["compile", "execute"],  # the route the proxy gives a synthetic request
         payload=payload,
     )
     assert (await api.store.submit([new], api.clock.t)).accepted == [rid]
