@@ -27,6 +27,7 @@ from distrs.store.errors import (
     BatchFull,
     LeaseExpired,
     LeaseNotYours,
+    NoNextStage,
     StoreError,
     UnknownBatch,
     UnknownLease,
@@ -413,6 +414,51 @@ async def test_final_without_result_is_internal_error(store: QueueStore) -> None
     await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0), "w", 102.0)
     rec = await store.get_request("t", "r1")
     assert rec is not None and rec.result is not None and rec.result.status is Status.INTERNAL_ERROR
+
+
+async def test_next_follows_the_route_given_at_submit(store: QueueStore) -> None:
+    """The route decided at submit is the request's: ``next`` takes it to the stage after the
+    current one on it (here one that skips ``execute``), and the record carries it."""
+    await register(store, size=1)
+    routed = req("r1").model_copy(update={"route": ["compile", "verify"]})
+    await store.submit([routed], 100.0)
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.route == ["compile", "verify"] and rec.stage == "compile"
+    lease = await store.lease("compile", "w", 101.0, 30.0)
+    assert lease is not None
+    out = await store.complete(Completion(lease_id=lease.lease_id, outcome="next", run_s=1.0), "w", 102.0)
+    assert out.next_stage == "verify" and out.request.stage == "verify"
+    assert out.request.route == ["compile", "verify"]
+    assert await store.lease("execute", "w", 103.0, 30.0) is None
+    held = await store.lease("verify", "w", 103.0, 30.0)
+    assert held is not None and held.request_id == "r1"
+    done = await store.complete(Completion(lease_id=held.lease_id, run_s=1.0, result=ok("r1")), "w", 104.0)
+    assert done.next_stage is None and done.batch_completed
+    assert done.request.result is not None
+    assert [s.name for s in done.request.result.stages] == ["compile", "verify"]
+
+
+async def test_next_at_the_end_of_the_route_is_refused_and_changes_nothing(store: QueueStore) -> None:
+    await register(store, size=2)
+    await store.submit([req("r1", stage="execute"), req("r2", stage="verify")], 100.0)
+    lease = await store.lease("execute", "w", 101.0, 30.0)
+    assert lease is not None
+    before = await store.get_request("t", "r1")
+    with pytest.raises(NoNextStage) as refused:
+        await store.complete(Completion(lease_id=lease.lease_id, outcome="next", run_s=1.0), "w", 102.0)
+    assert refused.value.status == 422 and refused.value.details == {"field": "outcome"}
+    assert "'execute'" in refused.value.message
+    assert await store.get_request("t", "r1") == before  # still running, no stage record
+    assert await store.get_lease(lease.lease_id) == lease  # still held, as it was
+    # a bundle: the refused item answers for itself, the others land
+    other = await store.lease("verify", "w", 103.0, 30.0)
+    assert other is not None
+    items = [Completion(lease_id=lease.lease_id, outcome="next"), final(other.lease_id, "r2")]
+    refused_item, landed = await store.complete_many(items, "w", 104.0)
+    assert isinstance(refused_item, NoNextStage)
+    assert isinstance(landed, CompleteOutcome) and landed.request.result is not None
+    out = await store.complete(final(lease.lease_id, "r1"), "w", 105.0)
+    assert out.batch_completed and out.request.stages[-1].outcome == "final"
 
 
 # results, history, events ---------------------------------------------------------------------

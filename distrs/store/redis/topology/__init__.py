@@ -39,7 +39,9 @@ def open_topology(
     ``rediss://`` or ``unix://``; in cluster mode any seed node; in sentinel mode
     ``redis+sentinel://``, store/sentinel_url.py). Connections open lazily, on first use."""
     if settings.redis_mode == "cluster":
-        return ClusterTopology(connect_cluster(url, settings), settings, ClusterKeys(namespace), events_maxlen)
+        return ClusterTopology(
+            connect_cluster(url, settings), settings, ClusterKeys(namespace), events_maxlen
+        )
     if settings.redis_mode == "sentinel":
         return SentinelTopology(connect_sentinel(url, settings), settings, Keys(namespace), events_maxlen)
     return Topology(connect(url, settings), settings, Keys(namespace), events_maxlen)
