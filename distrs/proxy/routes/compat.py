@@ -28,9 +28,10 @@ import json
 import logging
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Header, Query, Request
 
 from distrs.core.model import BatchInfo, Result, Status
 from distrs.proxy import quotas
@@ -65,6 +66,30 @@ async def compat_principal(
     if p.role not in (Role.TRAINER, Role.ADMIN):
         raise ApiError(403, "forbidden", f"this endpoint needs role trainer; token has {p.role.value}")
     return act_as(p, request.query_params.get("tenant"))
+
+
+@dataclass
+class CompatCall:
+    """What every drop-in route takes besides its body: the call, its caller, the app's state
+    and the optional headers (module docstring)."""
+
+    request: Request
+    who: Principal
+    st: AppState
+    task: str | None
+    batch: str | None
+    timeout: str | None
+
+
+async def compat_call(
+    request: Request,
+    who: Principal = Depends(compat_principal),
+    st: AppState = Depends(get_state),
+    x_distrs_task: str | None = Header(None),
+    x_distrs_batch: str | None = Header(None),
+    x_distrs_timeout: str | None = Header(None),
+) -> CompatCall:
+    return CompatCall(request, who, st, x_distrs_task, x_distrs_batch, x_distrs_timeout)
 
 
 def header_id(value: str | None, name: str, default: str) -> str:

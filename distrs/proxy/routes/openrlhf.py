@@ -16,24 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header
 from pydantic import BaseModel, ConfigDict
 
 from distrs.core.model import Result, Status
 from distrs.proxy import body as json_body
-from distrs.proxy.auth import Principal
-from distrs.proxy.deps import AppState, get_state
 from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
-from distrs.proxy.routes.compat import (
-    compat_principal,
-    compat_wait,
-    content_hash,
-    default_task,
-    header_id,
-    reward_payload,
-    run_batch,
-)
+from distrs.proxy.routes import compat
+from distrs.proxy.routes.compat import CompatCall, compat_call
 from distrs.proxy.routes.trainer import too_many
 from distrs.rewards.prompt_split import SplitError, split_response
 
@@ -58,21 +49,22 @@ OPENRLHF_WAIT_S = OPENRLHF_CLIENT_TIMEOUT_S - 10.0
 
 
 def _content_id(reward_type: str, body: GetRewardRequest) -> str:
-    return content_hash([reward_type, body.query, body.prompts, body.labels])
+    return compat.content_hash([reward_type, body.query, body.prompts, body.labels])
+
+
+def _reward_type_header(x_distrs_reward_type: str | None = Header(None)) -> str | None:
+    """The ``X-DistRS-Reward-Type`` header (a dependency, so that it is documented after the
+    headers every drop-in route takes)."""
+    return x_distrs_reward_type
 
 
 @router.post("/get_reward", openapi_extra=json_body.body_doc(GetRewardRequest))
 async def get_reward(
-    request: Request,
-    who: Principal = Depends(compat_principal),
-    st: AppState = Depends(get_state),
-    x_distrs_task: str | None = Header(None),
-    x_distrs_batch: str | None = Header(None),
-    x_distrs_timeout: str | None = Header(None),
-    x_distrs_reward_type: str | None = Header(None),
+    call: CompatCall = Depends(compat_call), x_distrs_reward_type: str | None = Depends(_reward_type_header)
 ) -> JSONResponse:
     """OpenRLHF-compatible remote reward: one batch per call, rewards in query order."""
-    raw = json_body.loads(await request.body())
+    st, who = call.st, call.who
+    raw = json_body.loads(await call.request.body())
     if (
         isinstance(raw, dict)
         and isinstance(raw.get("query"), list)
@@ -110,18 +102,18 @@ async def get_reward(
         except SplitError:
             continue
         rows.append(i)
-        items.append((rt, reward_payload(rt, response, lab)))
-    task = header_id(x_distrs_task, "X-DistRS-Task", default_task("openrlhf", who))
+        items.append((rt, compat.reward_payload(rt, response, lab)))
+    task = compat.header_id(call.task, "X-DistRS-Task", compat.default_task("openrlhf", who))
     # Without X-DistRS-Batch the batch id is the call's content: OpenRLHF retries a timed-out call
     # with the same body, and the retry then waits on the first call's batch instead of running
     # it again (scores are a function of the content).
-    batch_id = header_id(x_distrs_batch, "X-DistRS-Batch", "gr-" + _content_id(rt, body))
+    batch_id = compat.header_id(call.batch, "X-DistRS-Batch", "gr-" + _content_id(rt, body))
     wait_s = (
-        compat_wait(x_distrs_timeout, st)
-        if x_distrs_timeout
+        compat.compat_wait(call.timeout, st)
+        if call.timeout
         else min(st.settings.compat_wait_s, OPENRLHF_WAIT_S)
     )
-    found = await run_batch(st, who, task, batch_id, items, wait_s, "query") if items else []
+    found = await compat.run_batch(st, who, task, batch_id, items, wait_s, "query") if items else []
     results: list[Result | None] = [None] * n
     for i, r in zip(rows, found, strict=True):
         results[i] = r

@@ -22,24 +22,16 @@ import base64
 import re
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from distrs.core.languages import find_language, language_reward_type, language_table
 from distrs.core.model import Result, Status
 from distrs.proxy import body as json_body
-from distrs.proxy.auth import Principal
-from distrs.proxy.deps import AppState, get_state
 from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
-from distrs.proxy.routes.compat import (
-    compat_principal,
-    compat_wait,
-    content_hash,
-    default_task,
-    header_id,
-    run_batch,
-)
+from distrs.proxy.routes import compat
+from distrs.proxy.routes.compat import CompatCall, compat_call
 from distrs.rewards.judge import RAW_OUTPUT_BYTES, InvalidPayload, check_file_path, check_no_clash
 
 router = APIRouter(tags=["compat"])
@@ -280,16 +272,10 @@ def map_run_code_result(result: Result, compiled: bool) -> RunCodeResponse:
 
 
 @router.post("/run_code", response_model=RunCodeResponse, openapi_extra=json_body.body_doc(RunCodeRequest))
-async def run_code(
-    request: Request,
-    who: Principal = Depends(compat_principal),
-    st: AppState = Depends(get_state),
-    x_distrs_task: str | None = Header(None),
-    x_distrs_batch: str | None = Header(None),
-    x_distrs_timeout: str | None = Header(None),
-) -> JSONResponse:
+async def run_code(call: CompatCall = Depends(compat_call)) -> JSONResponse:
     """SandboxFusion-compatible single run in any language of languages.yaml (cuda with GPU workers)."""
-    body = await json_body.read(request, RunCodeRequest)
+    st, who = call.st, call.who
+    body = await json_body.read(call.request, RunCodeRequest)
     found = run_code_language(body.language, st.table.reward_types)
     if found is None:
         served = served_languages(st.table.reward_types)
@@ -301,14 +287,14 @@ async def run_code(
         )
     rt, compiled = found
     check_run_code_files(body)
-    task = header_id(x_distrs_task, "X-DistRS-Task", default_task("sandboxfusion", who))
+    task = compat.header_id(call.task, "X-DistRS-Task", compat.default_task("sandboxfusion", who))
     payload = run_code_payload(body)
     # Without X-DistRS-Batch the batch id is the request's content: verl retries a 504 with the
     # same body, and the retry then waits on the first attempt's run instead of starting another.
-    batch_id = header_id(x_distrs_batch, "X-DistRS-Batch", "rc-" + content_hash([rt, payload]))
+    batch_id = compat.header_id(call.batch, "X-DistRS-Batch", "rc-" + compat.content_hash([rt, payload]))
     # verl gives each call compile_timeout + run_timeout + 10 s; answer (504 at worst) before that.
     own = body.compile_timeout + body.run_timeout + RUN_CODE_MARGIN_S
-    wait_s = compat_wait(x_distrs_timeout, st) if x_distrs_timeout else min(st.settings.compat_wait_s, own)
+    wait_s = compat.compat_wait(call.timeout, st) if call.timeout else min(st.settings.compat_wait_s, own)
     limit = st.settings.run_code_max_payload_bytes
-    (result,) = await run_batch(st, who, task, batch_id, [(rt, payload)], wait_s, payload_limit=limit)
+    (result,) = await compat.run_batch(st, who, task, batch_id, [(rt, payload)], wait_s, payload_limit=limit)
     return JSONResponse(to_run_code_response(result, compiled).model_dump(mode="json"))

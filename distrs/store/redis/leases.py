@@ -41,6 +41,7 @@ from distrs.store.redis.scripts import (
     ReleaseArgs,
     ReleaseKeys,
     RequeueArgs,
+    TransitionArgs,
     TransitionKeys,
 )
 from distrs.store.redis.topology import Topology
@@ -91,6 +92,19 @@ class RedisLeases:
     def _transition_keys(self, slot: int | None) -> TransitionKeys:
         k = self.topology.keys
         return TransitionKeys(k.leases(slot), k.script_events(slot), k.active(slot), k.stages(slot))
+
+    def _transition_args(self) -> TransitionArgs:
+        topo = self.topology
+        k, s = topo.keys, topo.settings
+        return TransitionArgs(
+            topo.policy,
+            s.result_ttl_s,
+            s.history_batches,
+            topo.events_maxlen,
+            k.work_channel(),
+            k.result_channel(),
+            *k.usage_prefixes(),
+        )
 
     # taking --------------------------------------------------------------------------------
 
@@ -194,24 +208,13 @@ class RedisLeases:
     ) -> tuple[list[CompleteOutcome | errors.StoreError], UsageDeltas]:
         topo = self.topology
         k = topo.keys
-        s = topo.settings
-        args = CompleteArgs(
-            num(now),
-            holder,
-            topo.policy,
-            s.result_ttl_s,
-            s.history_batches,
-            topo.events_maxlen,
-            k.work_channel(),
-            k.result_channel(),
-            *k.usage_prefixes(),
-        )
+        args, shared = CompleteArgs(num(now), holder), self._transition_args()
         uncounted = UsageDeltas()
 
         async def run(positions: list[int]) -> list[CompleteOutcome | errors.StoreError]:
             rows = [_complete_item(k.lease(items[i].lease_id), items[i]) for i in positions]
             keys = self._transition_keys(k.lease_slot(items[positions[0]].lease_id))
-            answers = await topo.run(COMPLETE, keys, args, rows, acked=True, usage=uncounted)
+            answers = await topo.run(COMPLETE, keys, args, rows, shared=shared, acked=True, usage=uncounted)
             outs: list[CompleteOutcome | errors.StoreError] = [
                 CompleteOutcome(request=request_from_hash(pairs(a[2])), batch_completed=bool(a[1]))
                 if a[0] == "ok"
@@ -256,23 +259,12 @@ class RedisLeases:
     ) -> list[tuple[str, str, str]]:
         """(request id, task, stage) of the expired leases of one slot's lease index."""
         topo = self.topology
-        k = topo.keys
-        s = topo.settings
-        args = RequeueArgs(
-            num(now),
-            max_attempts,
-            REQUEUE_CHUNK,
-            topo.policy,
-            s.result_ttl_s,
-            s.history_batches,
-            topo.events_maxlen,
-            k.work_channel(),
-            k.result_channel(),
-            *k.usage_prefixes(),
-        )
+        args, shared = RequeueArgs(num(now), max_attempts, REQUEUE_CHUNK), self._transition_args()
         affected: list[tuple[str, str, str]] = []
         while True:
-            out = await topo.run(REQUEUE_EXPIRED, self._transition_keys(slot), args, usage=uncounted)
+            out = await topo.run(
+                REQUEUE_EXPIRED, self._transition_keys(slot), args, shared=shared, usage=uncounted
+            )
             affected += list(zip(out[1::3], out[2::3], out[3::3], strict=True))
             if int(out[0]) < REQUEUE_CHUNK:
                 return affected

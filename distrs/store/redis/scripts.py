@@ -67,24 +67,42 @@ class Items:
 
 class Script(Generic[K, A]):
     """One Lua script: its name (``lua/<name>.lua``), the tuple types naming its keys and its
-    arguments, and its lists of items."""
+    arguments (``shared``: a second group of arguments it shares with other scripts, passed
+    after its own), and its lists of items."""
 
-    def __init__(self, name: str, keys: type[K], args: type[A], *lists: Items) -> None:
+    def __init__(
+        self,
+        name: str,
+        keys: type[K],
+        args: type[A],
+        *lists: Items,
+        shared: type[tuple[Any, ...]] | None = None,
+    ) -> None:
         self.name = name
+        self.keys_type, self.args_type, self.shared_type = keys, args, shared
         self.key_names: tuple[str, ...] = tuple(keys._fields)  # type: ignore[attr-defined]
         self.arg_names: tuple[str, ...] = tuple(args._fields)  # type: ignore[attr-defined]
+        if shared is not None:
+            self.arg_names += tuple(shared._fields)  # type: ignore[attr-defined]
         self.lists = lists
         for n in (*self.key_names, *self.arg_names, *(f for it in lists for f in it.fields)):
             if n in _LUA_KEYWORDS:
                 raise ValueError(f"script {name}: {n!r} is a Lua keyword")
 
-    def call(self, keys: K, args: A, *rows: Sequence[tuple[Any, ...]]) -> tuple[list[str], list[Any]]:
+    def call(
+        self, keys: K, args: A, *rows: Sequence[tuple[Any, ...]], shared: tuple[Any, ...] = ()
+    ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of one call: the fixed keys, then each list's item keys; the fixed
-        arguments, each list's length, then each list's item arguments."""
+        arguments (its own, then the shared ones), each list's length, then each list's item
+        arguments. Raises TypeError for tuples of other types than the script names."""
+        if type(keys) is not self.keys_type or type(args) is not self.args_type:
+            raise TypeError(f"script {self.name} takes {self.keys_type.__name__}, {self.args_type.__name__}")
+        if (self.shared_type is None) != (not shared) or (shared and type(shared) is not self.shared_type):
+            raise TypeError(f"script {self.name}: shared arguments must be {self.shared_type}")
         if len(rows) != len(self.lists):
             raise TypeError(f"script {self.name} takes {len(self.lists)} lists, got {len(rows)}")
         flat_keys: list[str] = list(keys)
-        flat_args: list[Any] = list(args)
+        flat_args: list[Any] = [*args, *shared]
         flat_args += [len(r) for r in rows]
         for spec, items in zip(self.lists, rows, strict=True):
             n = spec.keys
@@ -121,12 +139,6 @@ class Script(Generic[K, A]):
         lua = resources.files("distrs.store").joinpath("lua")
         lib, body = lua.joinpath("lib.lua").read_text(), lua.joinpath(f"{self.name}.lua").read_text()
         return self.prelude() + lib + "\n", body
-
-
-# What every transition that may finish requests takes (lib.lua ``transition``): the planner's
-# keys, the queue policy, the result TTL, history length, event stream length, the wake-up
-# channels, and the four usage counter key prefixes (``Keys.usage_prefixes``; '' = the script
-# hands the counts back, cluster mode).
 
 
 class NoKeys(NamedTuple):
@@ -245,9 +257,12 @@ class TransitionKeys(NamedTuple):
     stages: str
 
 
-class CompleteArgs(NamedTuple):
-    now: str
-    holder: str
+class TransitionArgs(NamedTuple):
+    """What every transition that may finish requests takes (lib.lua ``transition``): the queue
+    policy, the result TTL, history length, event stream length, the wake-up channels, and the
+    four usage counter key prefixes (``Keys.usage_prefixes``; '' = the script hands the counts
+    back)."""
+
     policy: str
     ttl: int
     history_k: int
@@ -258,6 +273,11 @@ class CompleteArgs(NamedTuple):
     u_bytes: str
     u_expiry: str
     u_totals: str
+
+
+class CompleteArgs(NamedTuple):
+    now: str
+    holder: str
 
 
 class CompleteItem(NamedTuple):
@@ -288,16 +308,6 @@ class RequeueArgs(NamedTuple):
     now: str
     max_attempts: int
     limit: int
-    policy: str
-    ttl: int
-    history_k: int
-    maxlen: int
-    chan_work: str
-    chan_result: str
-    u_queued: str
-    u_bytes: str
-    u_expiry: str
-    u_totals: str
 
 
 class MarkKeys(NamedTuple):
@@ -322,9 +332,11 @@ SUBMIT = Script(
 LEASE = Script("lease", LeaseKeys, LeaseArgs, Items("new", NewLease, 1))
 GET_LEASE = Script("get_lease", GetLeaseKeys, NoArgs)
 HEARTBEAT = Script("heartbeat", HeartbeatKeys, HeartbeatArgs, Items("leases", LeaseRef, 1))
-COMPLETE = Script("complete", TransitionKeys, CompleteArgs, Items("items", CompleteItem, 1))
+COMPLETE = Script(
+    "complete", TransitionKeys, CompleteArgs, Items("items", CompleteItem, 1), shared=TransitionArgs
+)
 RELEASE = Script("release", ReleaseKeys, ReleaseArgs)
-REQUEUE_EXPIRED = Script("requeue_expired", TransitionKeys, RequeueArgs)
+REQUEUE_EXPIRED = Script("requeue_expired", TransitionKeys, RequeueArgs, shared=TransitionArgs)
 MARK_READY = Script("mark_ready", MarkKeys, NoArgs, Items("marks", ReadyMark, 1))
 PRUNE_READY = Script("prune_ready", NoKeys, NoArgs, Items("unmarks", ReadyUnmark, 1))
 

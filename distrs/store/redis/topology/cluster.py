@@ -63,7 +63,7 @@ from distrs.store.redis.coalesce import ScriptCoalescer
 from distrs.store.redis.records import num
 from distrs.store.redis.scripts import Script
 from distrs.store.redis.topology.ready import REGISTRY_TTL_S, ReadyIndex
-from distrs.store.redis.topology.standalone import TakeFrom, Topology
+from distrs.store.redis.topology.standalone import Send, TakeFrom, Topology
 from distrs.store.usage_deltas import UsageDeltas
 
 log = logging.getLogger(__name__)
@@ -186,25 +186,15 @@ class ClusterTopology(Topology):
 
     # scripts -------------------------------------------------------------------------------
 
-    async def run(
-        self,
-        script: Script[Any, Any],
-        keys: tuple[Any, ...],
-        args: tuple[Any, ...],
-        *rows: Sequence[tuple[Any, ...]],
-        acked: bool = False,
-        seq: int = 0,
-        bound: str = "",
-        usage: UsageDeltas | None = None,
-    ) -> Any:
-        flat_keys, flat_args = script.call(keys, args, *rows)
-        flat_args = [seq, bound, self.keys.fence(flat_keys[0]), *flat_args]
-        code = self._scripts[script.name]
-        if acked and self.settings.redis_wait_replicas > 0:
-            out = await self.call(lambda: self._replicated(code, flat_keys, flat_args))
+    async def _send(self, code: AsyncScript, keys: list[str], args: list[Any], how: Send) -> Any:
+        """The script with the prelude's arguments in front (module docstring); what it hands
+        back for other slots appended to them (events, spans) or added to ``usage``."""
+        args = [how.seq, how.bound, self.keys.fence(keys[0]), *args]
+        if how.acked and self.settings.redis_wait_replicas > 0:
+            out = await self.call(lambda: self._replicated(code, keys, args))
         else:
             coalescer = self._coalescer
-            out = await self.call(lambda: coalescer.call(code, flat_keys, flat_args, acked))
+            out = await self.call(lambda: coalescer.call(code, keys, args, how.acked))
         result, events, spans, counts = out
         if events or spans:
             try:
@@ -213,8 +203,8 @@ class ClusterTopology(Topology):
                 # the transition itself stands: answering 503 would have the caller retry what
                 # already happened; the planner misses a hint and re-plans at its interval
                 log.warning("planner events lost (%s): %s", len(events), exc.message)
-        if counts and usage is not None:
-            usage_of(counts, usage)
+        if counts and how.usage is not None:
+            usage_of(counts, how.usage)
         return result
 
     async def _append_global(self, events: list[list[str]], spans: list[str]) -> None:

@@ -5,7 +5,7 @@ the other modes override what differs (see the package docstring)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -28,6 +28,15 @@ from distrs.store.usage_deltas import UsageDeltas
 T = TypeVar("T")
 # (queue key, slot of its task, the lease's bound in cluster mode or '', how many) -> leases
 TakeFrom = Callable[[str, int | None, str, int], Awaitable[list[Lease]]]
+
+
+class Send(NamedTuple):
+    """How a script call is sent (``Topology.run``)."""
+
+    acked: bool
+    seq: int
+    bound: str
+    usage: UsageDeltas | None
 
 
 class Topology:
@@ -110,6 +119,7 @@ class Topology:
         keys: tuple[Any, ...],
         args: tuple[Any, ...],
         *rows: Sequence[tuple[Any, ...]],
+        shared: tuple[Any, ...] = (),
         acked: bool = False,
         seq: int = 0,
         bound: str = "",
@@ -120,10 +130,14 @@ class Topology:
         them. Cluster mode also takes ``seq`` (a submission's first arrival sequence) and
         ``bound`` (a lease's limit), and adds the usage counts a script handed back to ``usage``
         (elsewhere the scripts count it themselves)."""
-        flat_keys, flat_args = script.call(keys, args, *rows)
-        code = self._scripts[script.name]
+        flat_keys, flat_args = script.call(keys, args, *rows, shared=shared)
+        return await self._send(
+            self._scripts[script.name], flat_keys, flat_args, Send(acked, seq, bound, usage)
+        )
+
+    async def _send(self, code: AsyncScript, keys: list[str], args: list[Any], how: Send) -> Any:
         coalescer = self._coalescer
-        return await self.call(lambda: coalescer.call(code, flat_keys, flat_args, acked))
+        return await self.call(lambda: coalescer.call(code, keys, args, how.acked))
 
     # what depends on where keys live ---------------------------------------------------------
 
