@@ -1,8 +1,10 @@
-"""Which stages a request visits, in order.
+"""Which stages a request visits, in order: its route, decided once, when it is submitted.
 
 Most reward types visit every stage of their pipeline; a stage handler may still end a request
 early (e.g. a compile error). ``synthetic`` requests skip the stages their payload gives no time,
-so a trace's compile-only failures never queue for a GPU.
+so a trace's compile-only failures never queue for a GPU. The store keeps the route with the
+request, and a completion with outcome ``next`` moves it on along that route (store/base.py):
+nothing here is asked again after submit.
 """
 
 from __future__ import annotations
@@ -19,12 +21,3 @@ def route(table: PipelineTable, reward_type: str, payload: dict[str, Any]) -> li
     if reward_type == "synthetic" and tuple(stages) == SYNTHETIC_STAGES:
         return synthetic_route(payload)
     return stages
-
-
-def next_stage(table: PipelineTable, reward_type: str, payload: dict[str, Any], stage: str) -> str | None:
-    """The stage after ``stage`` on this request's route, or None at the end."""
-    r = route(table, reward_type, payload)
-    if stage not in r:
-        return None
-    i = r.index(stage)
-    return r[i + 1] if i + 1 < len(r) else None

@@ -165,9 +165,6 @@ class ClusterTopology(Topology):
         with contextlib.suppress(Exception):
             await self.client.initialize()
 
-    async def close(self) -> None:
-        await self.client.aclose()
-
     async def connection_lost(self) -> None:
         # the node may be gone: read the topology again
         with contextlib.suppress(Exception):
