@@ -6,6 +6,7 @@ serialises them with ``model_dump_json`` and reads them back with ``model_valida
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -128,12 +129,15 @@ class Lease(BaseModel):
     started_at: float = 0.0
 
 
-class Completion(BaseModel):
+@dataclass(frozen=True, slots=True)
+class Completion:
     """One finished lease as its worker reports it: the argument of the store's ``complete``.
 
     ``next`` moves the request on to the stage after this one on its route (decided at submit
     and kept by the store, so a completion names no stage), handing it ``artifacts`` (None keeps
-    those it has); ``final`` records ``result`` (None records ``internal_error``)."""
+    those it has); ``final`` records ``result`` (None records ``internal_error``). A plain
+    record, checked where it is made (the proxy validates the worker's body): one is made per
+    completion, on the hottest path."""
 
     lease_id: str
     outcome: Literal["next", "final"] = "final"

@@ -104,6 +104,9 @@ class Snapshot(BaseModel):
     busy_workers: dict[str, list[str]] = Field(default_factory=dict)
 
 
+_QUEUED = RequestState.QUEUED  # an enum member looked up once: this is on every completion
+
+
 class CompleteOutcome(BaseModel):
     request: RequestRecord
     batch_completed: bool = False
@@ -111,7 +114,7 @@ class CompleteOutcome(BaseModel):
     @property
     def next_stage(self) -> str | None:
         """The stage the completion moved the request on to (None when it finished)."""
-        return self.request.stage if self.request.state is RequestState.QUEUED else None
+        return self.request.stage if self.request.state is _QUEUED else None
 
 
 class TenantUsage(BaseModel):

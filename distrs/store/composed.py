@@ -12,7 +12,7 @@ suite covers both and a reader finds an operation in the part named for what it 
 Counting usage is a step of its own after each transition that changes it: a transition hands
 back the ``UsageDeltas`` it left uncounted and the store counts them (``_counted``). Where the
 transition counted them itself in the same atomic step (the memory store; Redis standalone and
-Sentinel, whose scripts move the counters) the deltas are empty and the step does nothing.
+Sentinel, whose scripts move the counters) it hands back None and the step does nothing.
 
 Each part answers the bundle form of an operation (lists of leases); the single forms of the
 QueueStore (``lease``, ``heartbeat``, ``complete``) are the bundle form with one item, defined
@@ -21,7 +21,7 @@ once, here.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from typing import Protocol, TypeVar
 
 from distrs.core.history import BatchProfile
@@ -38,15 +38,17 @@ class BatchPart(Protocol):
 
     async def get_batch(self, task: str, batch_id: str) -> BatchInfo | None: ...
 
-    async def submit(self, requests: list[NewRequest], now: float) -> tuple[SubmitOutcome, UsageDeltas]: ...
+    async def submit(
+        self, requests: list[NewRequest], now: float
+    ) -> tuple[SubmitOutcome, UsageDeltas | None]: ...
 
     async def get_request(self, task: str, request_id: str) -> RequestRecord | None: ...
 
 
 class LeasePart(Protocol):
-    async def lease(
+    def lease(
         self, stage: str, worker_id: str, now: float, ttl_s: float, k: int, holder: str
-    ) -> list[Lease]: ...
+    ) -> Awaitable[list[Lease]]: ...
 
     async def wait_for_work(self, stage: str, timeout_s: float) -> None: ...
 
@@ -56,15 +58,15 @@ class LeasePart(Protocol):
         self, lease_ids: Sequence[str], holder: str, now: float, ttl_s: float
     ) -> list[float | StoreError]: ...
 
-    async def complete(
+    def complete(
         self, items: Sequence[Completion], holder: str, now: float
-    ) -> tuple[list[CompleteOutcome | StoreError], UsageDeltas]: ...
+    ) -> Awaitable[tuple[list[CompleteOutcome | StoreError], UsageDeltas | None]]: ...
 
     async def release(self, lease_id: str, holder: str, now: float) -> str: ...
 
     async def requeue_expired(
         self, now: float, max_attempts: int
-    ) -> tuple[list[tuple[str, str]], UsageDeltas]: ...
+    ) -> tuple[list[tuple[str, str]], UsageDeltas | None]: ...
 
 
 class ResultPart(Protocol):
@@ -122,7 +124,8 @@ class ComposedStore:
         return out
 
     async def complete(self, item: Completion, holder: str, now: float) -> CompleteOutcome:
-        (got,) = await self.complete_many([item], holder, now)
+        (got,), uncounted = await self.leases.complete((item,), holder, now)
+        await self._counted(uncounted)
         return _one(got)
 
     async def complete_many(
@@ -139,7 +142,7 @@ class ComposedStore:
         await self._counted(uncounted)
         return out
 
-    async def _counted(self, uncounted: UsageDeltas) -> None:
+    async def _counted(self, uncounted: UsageDeltas | None) -> None:
         if uncounted:
             await self.usage.count(uncounted)
 

@@ -69,7 +69,7 @@ together:
   store appends them (and marks the ready index) right after (a proxy that dies in between
   loses planner hints, never work; a lost mark is repaired by the expiry sweep).
 * **fence** ``{tag}:fence``, never written: the scripts read it with their first key to stop
-  before any write while their slot is being migrated (``redis/topology/cluster.py``).
+  before any write while their slot is being migrated (``lua/cluster.lua``).
 
 A lease reads the heads of its stage's queues of the tasks marked ready (``ZRANGE q 0 0`` per
 task, pipelined per shard) and takes from the earliest by (T, arrival sequence): the same order
@@ -320,8 +320,8 @@ class ClusterKeys(Keys):
     def fence(self, key: str) -> str:
         """A key that is never written, in the slot of ``key`` (its hash tag).
 
-        Every script reads it together with its first key before anything else (the prelude in
-        ``redis/topology/cluster.py``): Redis answers a multi-key read that misses a key in a slot being
+        Every script reads it together with its first key before anything else
+        (``lua/cluster.lua``): Redis answers a multi-key read that misses a key in a slot being
         migrated with an error, so a script in a moving slot stops before its first write."""
         if not key.startswith("{") or "}" not in key:
             raise ValueError(f"key {key!r} has no hash tag")

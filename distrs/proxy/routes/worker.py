@@ -324,16 +324,13 @@ def _completion(st: AppState, lease_id: str, body: CompleteRequest | BundleCompl
             f"artifacts: {art_size} bytes; the limit is {st.settings.max_artifact_bytes}",
             field="artifacts",
         )
-    result: Result | None = None
-    if body.outcome == "final":
-        if body.result is None:
-            raise ApiError(422, "invalid_request", "result: required when outcome is 'final'", field="result")
-        r = body.result
-        result = Result(request_id="", status=r.status, score=r.score, detail=r.detail)
-    outcome = "next" if body.outcome == "next" else "final"
-    return Completion(
-        lease_id=lease_id, outcome=outcome, run_s=body.run_s, artifacts=body.artifacts, result=result
-    )
+    if body.outcome == "next":
+        return Completion(lease_id, "next", body.run_s, body.artifacts)
+    if body.result is None:
+        raise ApiError(422, "invalid_request", "result: required when outcome is 'final'", field="result")
+    r = body.result
+    result = Result(request_id="", status=r.status, score=r.score, detail=r.detail)
+    return Completion(lease_id, "final", body.run_s, body.artifacts, result)
 
 
 def _completed_view(lease_id: str, out: CompleteOutcome) -> dict[str, Any]:

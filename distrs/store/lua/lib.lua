@@ -1,6 +1,8 @@
--- Shared helpers, prepended to every script at load time (see distrs/store/redis/scripts.py).
--- Keys are never built here: they come in K (the script's named keys), in the rows of L, or are
--- read from records (distrs/store/keys.py).
+-- Shared helpers, prepended to every script at load time (see distrs/store/redis/scripts.py),
+-- after the mode's functions (standalone.lua or cluster.lua: emit, span_sample, arrival_base,
+-- may_take, usage_counted, usage_hand_back). Nothing here depends on the mode. Keys are never
+-- built here: they come in K (the script's named keys), in the rows of L, or are read from
+-- records (distrs/store/keys.py).
 
 local function fmt(x)
   -- full double precision; string.format keeps integers and fractions exact enough for JSON
@@ -48,8 +50,8 @@ end
 -- Usage counters (distrs/store/redis/usage.py). A script that changes what a tenant uses counts
 -- it in the same step: standalone, it moves the counters itself, so they never drift from the
 -- batch records; in cluster mode the counters live in another slot, so it hands the counts back
--- (CLUSTER.usage, rows {'s', tenant, batch key, n} for accepted requests and {'f', tenant, batch
--- key, n, size, expires_at or ''} for final results) and the store writes them.
+-- (usage_hand_back: rows {'s', tenant, batch key, n} for accepted requests and {'f', tenant,
+-- batch key, n, size, expires_at or ''} for final results) and the store writes them.
 -- u: the key prefixes of the four counters as keys.py builds them (uqueued, ubytes, uexpiry,
 -- utotals), or nil in cluster mode. A counter write that fails (a key of the wrong type) is
 -- skipped, never raised: the transition has already written and must land whole; an exact count
@@ -59,11 +61,6 @@ local function usage_prefixes(queued, bytes, expiry, totals)
     return nil
   end
   return {queued, bytes, expiry, totals}
-end
-
--- Whether this script counts usage (standalone: writes it; cluster: hands it back).
-local function usage_counted(ctx)
-  return ctx.usage ~= nil or CLUSTER
 end
 
 -- The tenant's part of a usage key: keys.py _part (escapes '%' and ':').
@@ -78,8 +75,8 @@ local function usage_submitted(ctx, tenant, bkey, n)
     local t = usage_tenant(tenant)
     redis.pcall('HINCRBY', u[1] .. t, bkey, n)
     redis.pcall('HINCRBY', u[4] .. t, 'queued', n)
-  elseif CLUSTER then
-    CLUSTER.usage[#CLUSTER.usage + 1] = {'s', tenant, bkey, n}
+  elseif usage_counted(ctx) then
+    usage_hand_back({'s', tenant, bkey, n})
   end
 end
 
@@ -114,8 +111,8 @@ local function usage_finished(ctx, tenant, bkey, size, expires_at)
   t.size = t.size + size
 end
 
--- Write (or, in cluster mode, hand back) what usage_finished summed (every script that calls
--- finish ends with this).
+-- Write what usage_finished summed, or hand it back where the script has no counter keys (cluster
+-- mode); every script that calls finish ends with this.
 local function usage_flush(ctx)
   local acc, u = ctx.usage_acc, ctx.usage
   if not acc then
@@ -127,7 +124,7 @@ local function usage_flush(ctx)
       local b = acc.batches[bkey]
       local expires_at = ''
       if b.expires_at then expires_at = fmt(b.expires_at) end
-      CLUSTER.usage[#CLUSTER.usage + 1] = {'f', b.tenant, bkey, b.n, b.size, expires_at}
+      usage_hand_back({'f', b.tenant, bkey, b.n, b.size, expires_at})
     end
     return
   end
@@ -255,17 +252,6 @@ local function stage_chars(rec)
     + json_float_chars(rec.queued_s) + json_float_chars(rec.run_s) + json_str_chars(rec.outcome)
 end
 
--- In cluster mode (CLUSTER set by the prelude, distrs/store/redis/scripts.py) the events stream
--- lives in another slot: the event is handed back to the caller, which appends it.
-local function emit(events_key, maxlen, typ, ts, task, batch_id, data)
-  if CLUSTER then
-    CLUSTER.events[#CLUSTER.events + 1] = {typ, tostring(ts), task, batch_id, data}
-    return
-  end
-  return redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*',
-    'type', typ, 'ts', ts, 'task', task, 'batch_id', batch_id, 'data', data)
-end
-
 -- Queue score: the batch's estimated completion T under EBF (DistRS Sec. 5.2), 0 under FCFS so
 -- that the member's zero-padded arrival sequence alone orders the queue.
 local function queue_score(policy, bkey)
@@ -324,12 +310,7 @@ local function complete_batch(bkey, now, ctx)
     -- every task's recent spans: the prior of a new task of the same type (core/history.py)
     local sample = '{"rt":' .. rt_json .. ',"at":' .. fmt(tonumber(now)) .. ',"span":' .. fmt(tmax)
       .. '}'
-    if CLUSTER then  -- another slot: handed back like the events
-      CLUSTER.spans[#CLUSTER.spans + 1] = sample
-    else
-      redis.call('LPUSH', b[13], sample)
-      redis.call('LTRIM', b[13], 0, 255)  -- SPAN_SAMPLES in core/history.py
-    end
+    span_sample(b[13], sample)
   end
   redis.call('HSET', bkey, 'completed_at', now, 'earliest_completion', fmt(earliest),
     'extra_delay_s', fmt(extra))
@@ -365,8 +346,9 @@ local function finish(reqkey, result_body, status, now, ctx, last_stage, body_ch
   end
   local result = '{"request_id":' .. cjson.encode(r[5]) .. ',' .. string.sub(result_body, 2, -2)
     .. ',"stages":' .. stages .. '}'
-  redis.call('HSET', reqkey, 'state', 'done', 'result', result, 'artifacts', '{}', 'stages', stages)
-  redis.call('HDEL', reqkey, 'lease')
+  -- 'lease' '': held by no lease (written in the same command rather than deleted by another)
+  redis.call('HSET', reqkey, 'state', 'done', 'result', result, 'artifacts', '{}', 'stages', stages,
+    'lease', '')
   local b = redis.call('HMGET', bkey, 'k_results', 'k_profile', 'rollout_started_at',
     'registered_at', 'size', 'tmax', 'completed_at')
   redis.call('HSET', b[1], string.format('%020d', tonumber(seq)), result)
@@ -430,20 +412,6 @@ local function stage_record(stage, worker, queued_s, run_s, outcome)
     .. ',"outcome":' .. cjson.encode(outcome) .. '}'
 end
 
--- Cluster mode: whether the head of qkey comes before CLUSTER.bound ("score LF seq"), the head
--- of the next task queue in line (the lease reads every task queue's head and takes from the
--- earliest; distrs/store/redis/cluster.py). Same order as one queue: (score, arrival seq).
-local function before_bound(qkey)
-  local h = redis.call('ZRANGE', qkey, 0, 0, 'WITHSCORES')
-  if #h == 0 then
-    return true  -- empty: take_head finds nothing anyway
-  end
-  local nl = string.find(CLUSTER.bound, '\n', 1, true)
-  local bscore, bseq = tonumber(string.sub(CLUSTER.bound, 1, nl - 1)), string.sub(CLUSTER.bound, nl + 1)
-  local score = tonumber(h[2])
-  return score < bscore or (score == bscore and string.sub(h[1], 1, 20) <= bseq)
-end
-
 -- Take the head of a stage queue for a worker until now + ttl (lease.lua, lease_bundle.lua).
 -- Returns false when the queue is empty, else {request_id, task, batch_id, reward_type, payload,
 -- artifacts, attempt, deadline}.
@@ -463,7 +431,7 @@ local function take_head(qkey, leases_key, lkey, now, ttl, worker, lease_id, sta
     return {held[1], held[2], held[3], r[1], r[2], r[3], tonumber(held[4]), held[5]}
   end
   while true do
-    if CLUSTER and CLUSTER.bound ~= '' and not before_bound(qkey) then
+    if not may_take(qkey) then
       return false
     end
     local head = redis.call('ZPOPMIN', qkey, 1)
@@ -546,13 +514,12 @@ local function complete_one(it, holder, now, ctx)
   end
   -- max_attempts counts per stage
   local fields = {'stages', append_json(r[3], record), 'state', 'queued', 'stage', next_stage,
-    'stage_enqueued_at', now, 'attempts', 0}
+    'stage_enqueued_at', now, 'attempts', 0, 'lease', ''}
   if it.artifacts ~= '' then
     fields[#fields + 1] = 'artifacts'
     fields[#fields + 1] = it.artifacts
   end
   redis.call('HSET', reqkey, unpack(fields))
-  redis.call('HDEL', reqkey, 'lease')
   enqueue(qkey, ctx.stages, next_stage, reqkey, r[1], queue_score(ctx.policy, r[2]), now)
   redis.call('PUBLISH', ctx.chan_work, next_stage .. '\n1')
   return 0, reqkey

@@ -9,10 +9,9 @@ end
 local reqkey = l[4]
 redis.call('DEL', K.lease)
 redis.call('ZREM', K.leases, K.lease)
-local r = redis.call('HMGET', reqkey, 'seq', 'k_batch', 'stage_enqueued_at')
-redis.call('HSET', reqkey, 'state', 'queued')
-redis.call('HDEL', reqkey, 'lease')
-redis.call('HINCRBY', reqkey, 'attempts', -1)
+local r = redis.call('HMGET', reqkey, 'seq', 'k_batch', 'stage_enqueued_at', 'attempts')
+-- held by no lease, and this attempt not counted
+redis.call('HSET', reqkey, 'state', 'queued', 'lease', '', 'attempts', tonumber(r[4]) - 1)
 -- same member and score: back at its place in the batch's order (FCFS within the batch)
 -- and its queued time still counts from when it joined the stage
 enqueue(l[5], K.stages, l[6], reqkey, r[1], queue_score(A.policy, r[2]), r[3] or A.now)

@@ -18,18 +18,16 @@ for _, lkey in ipairs(expired) do
     emit(K.events, A.maxlen, 'lease_expired', now, l[6], l[7],
       '{"stage":' .. cjson.encode(l[3]) .. ',"attempt":' .. l[8] .. '}')
     if attempts >= tonumber(A.max_attempts) then
-      redis.call('HSET', reqkey, 'stages', append_json(r[1], stage_record(l[3], l[4], 0, 0,
-        'lease_expired')))
       local text = 'lease expired ' .. attempts .. " times at stage '" .. l[3] .. "'"
       local msg = cjson.encode(text)
       local body = '{"status":"internal_error","score":0.0,"detail":{"error":' .. msg .. '}}'
       -- its length as pydantic writes it (cjson escapes '/'): the ASCII around the message, and
       -- the message as pydantic escapes it
       local chars = #body - #msg + json_str_chars(text)
-      finish(reqkey, body, 'internal_error', now, ctx, nil, chars)
+      finish(reqkey, body, 'internal_error', now, ctx, stage_record(l[3], l[4], 0, 0, 'lease_expired'),
+        chars)
     else
-      redis.call('HSET', reqkey, 'state', 'queued')
-      redis.call('HDEL', reqkey, 'lease')
+      redis.call('HSET', reqkey, 'state', 'queued', 'lease', '')
       -- same member and score: back at its place in the batch's order (FCFS within the batch)
       enqueue(l[2], K.stages, l[3], reqkey, r[3], queue_score(A.policy, r[4]), now)
       redis.call('PUBLISH', A.chan_work, l[3] .. '\n1')

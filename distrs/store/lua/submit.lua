@@ -42,16 +42,11 @@ for g, grp in ipairs(L.groups) do
   end
   groups[g] = grp
 end
--- pass 2: write. Arrival sequences are taken in one INCRBY (the script is atomic, so they are
--- the same consecutive numbers one INCR per request would give).
+-- pass 2: write. Arrival sequences are taken at once (standalone.lua, cluster.lua arrival_base:
+-- consecutive numbers, as one INCR per request would give).
 local total = 0
 for g = 1, #groups do total = total + groups[g].new end
-local seq = 0
-if CLUSTER then
-  seq = tonumber(CLUSTER.seq)  -- taken by the caller from the global counter (another slot)
-elseif total > 0 then
-  seq = redis.call('INCRBY', K.seq, total) - total
-end
+local seq = arrival_base(K.seq, total)
 local flags = {}
 local woken = {}
 for _, grp in ipairs(groups) do

@@ -8,7 +8,6 @@ from distrs.core.model import BatchInfo, RequestRecord
 from distrs.store.base import NewRequest, SubmitOutcome
 from distrs.store.errors import BatchConflict, BatchFull, UnknownBatch
 from distrs.store.memory.state import MemoryState
-from distrs.store.usage_deltas import UsageDeltas
 
 
 class MemoryBatches:
@@ -51,7 +50,7 @@ class MemoryBatches:
         b = self.s.batches.get((task, batch_id))
         return b.model_copy() if b else None
 
-    async def submit(self, requests: list[NewRequest], now: float) -> tuple[SubmitOutcome, UsageDeltas]:
+    async def submit(self, requests: list[NewRequest], now: float) -> tuple[SubmitOutcome, None]:
         """The usage is counted from the records themselves (``MemoryUsage``): nothing is left."""
         s = self.s
         out = SubmitOutcome()
@@ -105,7 +104,7 @@ class MemoryBatches:
             s.batch_requests[key].append(r.request_id)
             s.enqueue(rec)
             out.accepted.append(r.request_id)
-        return out, UsageDeltas()
+        return out, None
 
     async def get_request(self, task: str, request_id: str) -> RequestRecord | None:
         rec = self.s.requests.get((task, request_id))

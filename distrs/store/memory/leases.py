@@ -12,7 +12,6 @@ from distrs.core.model import Completion, Lease, RequestState, Result, StageReco
 from distrs.store.base import CompleteOutcome
 from distrs.store.errors import LeaseExpired, LeaseNotYours, NoNextStage, StoreError, UnknownLease
 from distrs.store.memory.state import MemoryState
-from distrs.store.usage_deltas import UsageDeltas
 
 
 def next_on_route(route: Sequence[str], stage: str) -> str | None:
@@ -102,7 +101,7 @@ class MemoryLeases:
 
     async def complete(
         self, items: Sequence[Completion], holder: str, now: float
-    ) -> tuple[list[CompleteOutcome | StoreError], UsageDeltas]:
+    ) -> tuple[list[CompleteOutcome | StoreError], None]:
         """Each item for itself (no await inside: the bundle is one transition); the usage is
         counted from the records themselves (``MemoryUsage``)."""
         out: list[CompleteOutcome | StoreError] = []
@@ -111,7 +110,7 @@ class MemoryLeases:
                 out.append(self._complete_one(it, holder, now))
             except StoreError as exc:
                 out.append(exc)
-        return out, UsageDeltas()
+        return out, None
 
     def _complete_one(self, it: Completion, holder: str, now: float) -> CompleteOutcome:
         s = self.s
@@ -155,9 +154,7 @@ class MemoryLeases:
         s.enqueue(rec)  # same sort key: back at its place
         return lease.stage
 
-    async def requeue_expired(
-        self, now: float, max_attempts: int
-    ) -> tuple[list[tuple[str, str]], UsageDeltas]:
+    async def requeue_expired(self, now: float, max_attempts: int) -> tuple[list[tuple[str, str]], None]:
         s = self.s
         expired = [lease for lease in s.leases.values() if lease.deadline < now]
         out: list[tuple[str, str]] = []
@@ -182,4 +179,4 @@ class MemoryLeases:
             else:
                 rec.state = RequestState.QUEUED
                 s.enqueue(rec)
-        return out, UsageDeltas()
+        return out, None

@@ -105,13 +105,15 @@ class RedisBatches:
             self.wake.saw_result(done, done_gen)
         return batch
 
-    async def submit(self, requests: list[NewRequest], now: float) -> tuple[SubmitOutcome, UsageDeltas]:
+    async def submit(
+        self, requests: list[NewRequest], now: float
+    ) -> tuple[SubmitOutcome, UsageDeltas | None]:
         """One script per group the topology makes (all of them standalone, one per task in a
         cluster), all or nothing per group. When one group fails the others may have landed;
         the error is raised and a retry of the whole call finds them as duplicates."""
         topo = self.topology
         base = await topo.arrival_base(len(requests))
-        uncounted = UsageDeltas()
+        uncounted = topo.uncounted()
         calls = []
         for group in topo.script_groups(requests):
             order, call = self._submit_call(requests, group, now, base, uncounted)
@@ -132,7 +134,12 @@ class RedisBatches:
         return out, uncounted
 
     def _submit_call(
-        self, requests: list[NewRequest], group: list[int], now: float, seq: int, uncounted: UsageDeltas
+        self,
+        requests: list[NewRequest],
+        group: list[int],
+        now: float,
+        seq: int,
+        uncounted: UsageDeltas | None,
     ) -> tuple[list[int], Any]:
         """The submit script of the requests at ``group`` (one slot) and the positions of its
         answers."""

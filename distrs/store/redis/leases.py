@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -82,6 +82,8 @@ class RedisLeases:
         self.wake = wake
         self._lease_prefix = uuid.uuid4().hex[:16]
         self._lease_counter = itertools.count(1)
+        self._shared = self._transition_args()  # the same for every transition of this store
+        self._tkeys: dict[int | None, TransitionKeys] = {}
 
     def _new_lease_id(self, slot: int | None) -> str:
         # unique across processes (random per-store prefix) without a urandom call per lease; in
@@ -90,8 +92,14 @@ class RedisLeases:
         return lid if slot is None else f"{slot:04x}{lid}"
 
     def _transition_keys(self, slot: int | None) -> TransitionKeys:
-        k = self.topology.keys
-        return TransitionKeys(k.leases(slot), k.script_events(slot), k.active(slot), k.stages(slot))
+        """The keys of a transition in ``slot`` (made once per slot: they never change)."""
+        got = self._tkeys.get(slot)
+        if got is None:
+            k = self.topology.keys
+            got = self._tkeys[slot] = TransitionKeys(
+                k.leases(slot), k.script_events(slot), k.active(slot), k.stages(slot)
+            )
+        return got
 
     def _transition_args(self) -> TransitionArgs:
         topo = self.topology
@@ -108,9 +116,10 @@ class RedisLeases:
 
     # taking --------------------------------------------------------------------------------
 
-    async def lease(
+    def lease(
         self, stage: str, worker_id: str, now: float, ttl_s: float, k: int, holder: str
-    ) -> list[Lease]:
+    ) -> Awaitable[list[Lease]]:
+        """Up to ``k`` heads of ``stage`` (an awaitable: no coroutine of its own)."""
         self.wake.saw_work(stage)
         topo = self.topology
         keys = topo.keys
@@ -120,12 +129,14 @@ class RedisLeases:
             ids = [self._new_lease_id(slot) for _ in range(n)]
             new = [NewLease(keys.lease(i), i) for i in ids]
             rows = await topo.run(LEASE, LeaseKeys(queue, keys.leases(slot)), args, new, bound=bound)
+            if len(rows) == 1:  # one lease per call: the common case, without the generality below
+                return [self._handed_out(ids[0], rows[0], stage, worker_id, holder, now)]
             return [
                 self._handed_out(lease_id, row, stage, worker_id, holder, now)
                 for lease_id, row in zip(ids, rows, strict=False)
             ]
 
-        return await topo.take(stage, k, take_from)
+        return topo.take(stage, k, take_from)
 
     @staticmethod
     def _handed_out(
@@ -201,35 +212,56 @@ class RedisLeases:
             rows = await topo.run(HEARTBEAT, keys, args, [LeaseRef(k.lease(i), i) for i in ids])
             return [float(row[1]) if row[0] == "ok" else script_error(row[1], row[2]) for row in rows]
 
+        if len(lease_ids) == 1:
+            return await run([0])
         return await per_slot((k.lease_slot(i) for i in lease_ids), run)
 
-    async def complete(
+    def complete(
         self, items: Sequence[Completion], holder: str, now: float
-    ) -> tuple[list[CompleteOutcome | errors.StoreError], UsageDeltas]:
-        topo = self.topology
-        k = topo.keys
-        args, shared = CompleteArgs(num(now), holder), self._transition_args()
-        uncounted = UsageDeltas()
+    ) -> Awaitable[tuple[list[CompleteOutcome | errors.StoreError], UsageDeltas | None]]:
+        """Finish ``items``: one script per slot (one, standalone); an awaitable of the answers
+        in order and the usage counts the scripts left uncounted."""
+        args = CompleteArgs(num(now), holder)
+        uncounted = self.topology.uncounted()
+        if len(items) == 1:
+            return self._complete_in_slot(items, args, uncounted)
+        return self._complete_per_slot(items, args, uncounted)
+
+    async def _complete_per_slot(
+        self, items: Sequence[Completion], args: CompleteArgs, uncounted: UsageDeltas | None
+    ) -> tuple[list[CompleteOutcome | errors.StoreError], UsageDeltas | None]:
+        k = self.topology.keys
 
         async def run(positions: list[int]) -> list[CompleteOutcome | errors.StoreError]:
-            rows = [_complete_item(k.lease(items[i].lease_id), items[i]) for i in positions]
-            keys = self._transition_keys(k.lease_slot(items[positions[0]].lease_id))
-            answers = await topo.run(COMPLETE, keys, args, rows, shared=shared, acked=True, usage=uncounted)
-            outs: list[CompleteOutcome | errors.StoreError] = [
-                CompleteOutcome(request=request_from_hash(pairs(a[2])), batch_completed=bool(a[1]))
-                if a[0] == "ok"
-                else script_error(a[1], a[2])
-                for a in answers
-            ]
-            # requests moved on: their next stage's queue gained work (cluster: the ready index)
-            await topo.work_queued(
-                (o.request.stage, o.request.task)
-                for o in outs
-                if isinstance(o, CompleteOutcome) and o.next_stage is not None
-            )
+            outs, _ = await self._complete_in_slot([items[i] for i in positions], args, uncounted)
             return outs
 
         return await per_slot((k.lease_slot(it.lease_id) for it in items), run), uncounted
+
+    async def _complete_in_slot(
+        self, items: Sequence[Completion], args: CompleteArgs, uncounted: UsageDeltas | None
+    ) -> tuple[list[CompleteOutcome | errors.StoreError], UsageDeltas | None]:
+        """``complete`` of leases of one slot (all of them, standalone)."""
+        topo = self.topology
+        k = topo.keys
+        rows = [_complete_item(k.lease(it.lease_id), it) for it in items]
+        keys = self._transition_keys(k.lease_slot(items[0].lease_id))
+        answers = await topo.run(COMPLETE, keys, args, rows, shared=self._shared, acked=True, usage=uncounted)
+        outs: list[CompleteOutcome | errors.StoreError] = [
+            CompleteOutcome(request=request_from_hash(pairs(a[2])), batch_completed=bool(a[1]))
+            if a[0] == "ok"
+            else script_error(a[1], a[2])
+            for a in answers
+        ]
+        # requests moved on: their next stage's queue gained work (cluster: the ready index)
+        if any(it.outcome == "next" for it in items):
+            moved = [
+                (o.request.stage, o.request.task)
+                for o in outs
+                if isinstance(o, CompleteOutcome) and o.next_stage is not None
+            ]
+            await topo.work_queued(moved)
+        return outs, uncounted
 
     async def release(self, lease_id: str, holder: str, now: float) -> str:
         topo = self.topology
@@ -244,9 +276,9 @@ class RedisLeases:
 
     async def requeue_expired(
         self, now: float, max_attempts: int
-    ) -> tuple[list[tuple[str, str]], UsageDeltas]:
+    ) -> tuple[list[tuple[str, str]], UsageDeltas | None]:
         topo = self.topology
-        uncounted = UsageDeltas()
+        uncounted = topo.uncounted()
         slots = await topo.expiring_slots(now)
         parts = await asyncio.gather(*(self._requeue_slot(s, now, max_attempts, uncounted) for s in slots))
         # requeued work: its tasks' queues gained work (cluster: the ready index)
@@ -255,11 +287,11 @@ class RedisLeases:
         return [(rid, stage) for part in parts for rid, _, stage in part], uncounted
 
     async def _requeue_slot(
-        self, slot: int | None, now: float, max_attempts: int, uncounted: UsageDeltas
+        self, slot: int | None, now: float, max_attempts: int, uncounted: UsageDeltas | None
     ) -> list[tuple[str, str, str]]:
         """(request id, task, stage) of the expired leases of one slot's lease index."""
         topo = self.topology
-        args, shared = RequeueArgs(num(now), max_attempts, REQUEUE_CHUNK), self._transition_args()
+        args, shared = RequeueArgs(num(now), max_attempts, REQUEUE_CHUNK), self._shared
         affected: list[tuple[str, str, str]] = []
         while True:
             out = await topo.run(

@@ -8,8 +8,11 @@ bundle, the requests of a submission). The scripts read only those names, never 
 declaration (``Script.call``: typed tuples, one per script, checked by mypy) so Python and Lua
 cannot disagree about them. What a script returns is documented at the top of its file.
 
-The topology (``topology.py``) loads each script for its mode (cluster mode wraps it, see
-``cluster.py``) and runs it: EVALSHA, and EVAL when Redis lost its script cache.
+The topology (``topology/``) loads each script for its mode, behind the mode's own functions
+(``lua/standalone.lua`` or ``lua/cluster.lua``: where events, span samples, arrival sequences
+and usage counts go, and whether a lease may take a queue's head), so ``lib.lua`` and the
+scripts are the same in every mode; and runs it: EVALSHA, and EVAL when Redis lost its script
+cache.
 """
 
 from __future__ import annotations
@@ -79,12 +82,12 @@ class Script(Generic[K, A]):
         shared: type[tuple[Any, ...]] | None = None,
     ) -> None:
         self.name = name
-        self.keys_type, self.args_type, self.shared_type = keys, args, shared
         self.key_names: tuple[str, ...] = tuple(keys._fields)  # type: ignore[attr-defined]
         self.arg_names: tuple[str, ...] = tuple(args._fields)  # type: ignore[attr-defined]
         if shared is not None:
             self.arg_names += tuple(shared._fields)  # type: ignore[attr-defined]
         self.lists = lists
+        self._item_keys = tuple(it.keys for it in lists)
         for n in (*self.key_names, *self.arg_names, *(f for it in lists for f in it.fields)):
             if n in _LUA_KEYWORDS:
                 raise ValueError(f"script {name}: {n!r} is a Lua keyword")
@@ -94,18 +97,12 @@ class Script(Generic[K, A]):
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of one call: the fixed keys, then each list's item keys; the fixed
         arguments (its own, then the shared ones), each list's length, then each list's item
-        arguments. Raises TypeError for tuples of other types than the script names."""
-        if type(keys) is not self.keys_type or type(args) is not self.args_type:
-            raise TypeError(f"script {self.name} takes {self.keys_type.__name__}, {self.args_type.__name__}")
-        if (self.shared_type is None) != (not shared) or (shared and type(shared) is not self.shared_type):
-            raise TypeError(f"script {self.name}: shared arguments must be {self.shared_type}")
+        arguments. The tuples' types are the script's (checked by mypy: ``Script[K, A]``)."""
         if len(rows) != len(self.lists):
             raise TypeError(f"script {self.name} takes {len(self.lists)} lists, got {len(rows)}")
-        flat_keys: list[str] = list(keys)
-        flat_args: list[Any] = [*args, *shared]
-        flat_args += [len(r) for r in rows]
-        for spec, items in zip(self.lists, rows, strict=True):
-            n = spec.keys
+        flat_keys: list[str] = [*keys]
+        flat_args: list[Any] = [*args, *shared, *map(len, rows)]
+        for n, items in zip(self._item_keys, rows, strict=True):
             for row in items:
                 flat_keys += row[:n]
                 flat_args += row[n:]
@@ -134,11 +131,17 @@ class Script(Generic[K, A]):
             ]
         return "\n".join(out) + "\n"
 
-    def parts(self) -> tuple[str, str]:
-        """The prelude with the shared library, and the script's own file (package data)."""
-        lua = resources.files("distrs.store").joinpath("lua")
-        lib, body = lua.joinpath("lib.lua").read_text(), lua.joinpath(f"{self.name}.lua").read_text()
-        return self.prelude() + lib + "\n", body
+    def source(self, mode: str) -> tuple[str, str]:
+        """The script for a mode, in two parts: what goes before its own code (the mode's
+        functions, ``lua/<mode>.lua``, the prelude naming its keys and arguments, the shared
+        library), and its own code (``lua/<name>.lua``); all package data."""
+        head = lua_file(mode) + "\n" + self.prelude() + lua_file("lib") + "\n"
+        return head, lua_file(self.name)
+
+
+def lua_file(name: str) -> str:
+    """``lua/<name>.lua`` (package data)."""
+    return resources.files("distrs.store").joinpath("lua").joinpath(f"{name}.lua").read_text()
 
 
 class NoKeys(NamedTuple):

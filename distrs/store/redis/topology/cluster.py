@@ -15,10 +15,11 @@ work submitted in that window with an earlier T, or heads taken concurrently (th
 round re-reads). docs/store.md, "Cluster", states the bound.
 
 **Scripts hand back what belongs to other slots.** No script of a transition touches a global
-key (events, span samples, the arrival counter) or a tenant's usage counters: the prelude
-(``_HEAD``) gives the script the caller's arrival-sequence base, lease bound and the slot's
-fence, and the script returns ``{result, events, spans, usage}``; the topology appends the
-events and spans right after and hands the usage counts to the store's usage step.
+key (events, span samples, the arrival counter) or a tenant's usage counters: the mode's Lua
+(``lua/cluster.lua``) gives the script the caller's arrival-sequence base, lease bound and the
+slot's fence, collects what belongs elsewhere, and the script returns ``{result, events,
+spans, usage}``; the topology appends the events and spans right after and hands the usage
+counts to the store's usage step.
 
 **Slot migrations.** A script follows keys it was not given (the request a queue member names,
 the batch keys a request names). While its slot moves between primaries (``redis-cli --cluster
@@ -48,7 +49,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any
 
 from redis.commands.core import AsyncScript
@@ -78,16 +79,8 @@ SHORT_OF_REPLICAS_S = 5.0
 # with the backoff; then the call answers 503.
 SLOT_MOVING_ROUNDS = 10
 
-# The prelude: the first three ARGV are the caller's arrival-sequence base (submit), lease bound
-# (lease; '' = none) and the slot's fence key (module docstring); what the script produces for
-# other slots comes back with its result as {result, events, spans, usage}.
-_HEAD = """local CLUSTER = {seq = table.remove(ARGV, 1), bound = table.remove(ARGV, 1),
-  fence = table.remove(ARGV, 1), events = {}, spans = {}, usage = {}}
-local distrs_fenced = redis.pcall('EXISTS', KEYS[1], CLUSTER.fence)
-if type(distrs_fenced) == 'table' and distrs_fenced.err then
-  return redis.error_reply('TRYAGAIN slot of ' .. KEYS[1] .. ' is migrating')
-end
-"""
+# The script's own code runs as a function, so that what it produced for other slots (collected
+# by lua/cluster.lua) comes back with its result as {result, events, spans, usage}.
 _BODY = """local function distrs_body()
 %s
 end
@@ -152,8 +145,8 @@ class ClusterTopology(Topology):
         self._short_of_replicas: dict[str, float] = {}  # primary -> skip WAIT until
 
     def source(self, script: Script[Any, Any]) -> str:
-        head, body = script.parts()
-        return _HEAD + head + _BODY % body
+        head, body = script.source("cluster")
+        return head + _BODY % body
 
     def _make_coalescer(self) -> ScriptCoalescer:
         return ScriptCoalescer(self.client)
@@ -184,8 +177,8 @@ class ClusterTopology(Topology):
     # scripts -------------------------------------------------------------------------------
 
     async def _send(self, code: AsyncScript, keys: list[str], args: list[Any], how: Send) -> Any:
-        """The script with the prelude's arguments in front (module docstring); what it hands
-        back for other slots appended to them (events, spans) or added to ``usage``."""
+        """The script with the arguments ``lua/cluster.lua`` takes in front (module docstring);
+        what it hands back for other slots appended to them (events, spans) or added to ``usage``."""
         args = [how.seq, how.bound, self.keys.fence(keys[0]), *args]
         if how.acked and self.settings.redis_wait_replicas > 0:
             out = await self.call(lambda: self._replicated(code, keys, args))
@@ -301,14 +294,21 @@ class ClusterTopology(Topology):
             by_task.setdefault(r.task, []).append(i)
         return list(by_task.values())
 
+    def uncounted(self) -> UsageDeltas:
+        """The scripts hand their usage counts back (module docstring): collected here."""
+        return UsageDeltas()
+
     async def work_queued(self, queued: Iterable[tuple[str, str]]) -> None:
         await self.ready.mark(queued)
 
     # leases --------------------------------------------------------------------------------
 
-    async def take(self, stage: str, k: int, take_from: TakeFrom) -> list[Lease]:
+    def take(self, stage: str, k: int, take_from: TakeFrom) -> Awaitable[list[Lease]]:
         """Up to ``k`` leases in EBF order across the task queues marked ready in ``stage``
         (module docstring)."""
+        return self._take(stage, k, take_from)
+
+    async def _take(self, stage: str, k: int, take_from: TakeFrom) -> list[Lease]:
         got: list[Lease] = []
         fresh = False
         for rnd in range(LEASE_ROUNDS):

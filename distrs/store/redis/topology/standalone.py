@@ -22,7 +22,7 @@ from distrs.store.redis.coalesce import ScriptCoalescer
 from distrs.store.redis.records import translate
 from distrs.store.redis.replicas import ReplicaWait
 from distrs.store.redis.script_connection import ScriptConnection
-from distrs.store.redis.scripts import SCRIPTS, Script
+from distrs.store.redis.scripts import SCRIPTS, A, K, Script
 from distrs.store.usage_deltas import UsageDeltas
 
 T = TypeVar("T")
@@ -37,6 +37,9 @@ class Send(NamedTuple):
     seq: int
     bound: str
     usage: UsageDeltas | None
+
+
+_PLAIN, _ACKED = Send(False, 0, "", None), Send(True, 0, "", None)
 
 
 class Topology:
@@ -59,8 +62,8 @@ class Topology:
 
     def source(self, script: Script[Any, Any]) -> str:
         """A script's text as this mode runs it."""
-        head, body = script.parts()
-        return "local CLUSTER = false\n" + head + body
+        head, body = script.source("standalone")
+        return head + body
 
     def _make_coalescer(self) -> ScriptCoalescer:
         if hasattr(self.client, "connection_pool"):
@@ -113,31 +116,35 @@ class Topology:
     async def _failed(self) -> None:
         """After a call failed for a reason of Redis' (not a script's refusal)."""
 
-    async def run(
+    def run(
         self,
-        script: Script[Any, Any],
-        keys: tuple[Any, ...],
-        args: tuple[Any, ...],
+        script: Script[K, A],
+        keys: K,
+        args: A,
         *rows: Sequence[tuple[Any, ...]],
         shared: tuple[Any, ...] = (),
         acked: bool = False,
         seq: int = 0,
         bound: str = "",
         usage: UsageDeltas | None = None,
-    ) -> Any:
+    ) -> Awaitable[Any]:
         """Run ``script`` with its named keys, arguments and lists (``scripts.py``). ``acked``: the
         caller is told the transition happened, so it waits for the replicas where the mode has
         them. Cluster mode also takes ``seq`` (a submission's first arrival sequence) and
         ``bound`` (a lease's limit), and adds the usage counts a script handed back to ``usage``
-        (elsewhere the scripts count it themselves)."""
+        (elsewhere the scripts count it themselves). Returns an awaitable of the script's answer:
+        no coroutine of its own on this, the hottest path."""
         flat_keys, flat_args = script.call(keys, args, *rows, shared=shared)
-        return await self._send(
-            self._scripts[script.name], flat_keys, flat_args, Send(acked, seq, bound, usage)
+        how = (
+            (_ACKED if acked else _PLAIN)
+            if not (seq or bound or usage is not None)
+            else Send(acked, seq, bound, usage)
         )
+        return self._send(self._scripts[script.name], flat_keys, flat_args, how)
 
-    async def _send(self, code: AsyncScript, keys: list[str], args: list[Any], how: Send) -> Any:
+    def _send(self, code: AsyncScript, keys: list[str], args: list[Any], how: Send) -> Awaitable[Any]:
         coalescer = self._coalescer
-        return await self.call(lambda: coalescer.call(code, keys, args, how.acked))
+        return self.call(lambda: coalescer.call(code, keys, args, how.acked))
 
     # what depends on where keys live ---------------------------------------------------------
 
@@ -155,9 +162,14 @@ class Topology:
     async def work_queued(self, queued: Iterable[tuple[str, str]]) -> None:
         """After a transition that queued work: the (stage, task) pairs it queued."""
 
-    async def take(self, stage: str, k: int, take_from: TakeFrom) -> list[Lease]:
+    def uncounted(self) -> UsageDeltas | None:
+        """Where a transition's scripts put the usage counts they leave to the store's usage
+        step; None: they count them themselves (every key shares one slot)."""
+        return None
+
+    def take(self, stage: str, k: int, take_from: TakeFrom) -> Awaitable[list[Lease]]:
         """Up to ``k`` leases of ``stage`` in queue order, each queue's taken by ``take_from``."""
-        return await take_from(self.keys.queue(stage), None, "", k)
+        return take_from(self.keys.queue(stage), None, "", k)
 
     async def slots(self, fresh: bool = False) -> list[int | None]:
         """The slots holding lease indexes, active batches and stage sets."""
