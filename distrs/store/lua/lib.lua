@@ -148,12 +148,13 @@ local function usage_flush(ctx)
 end
 
 -- The context of a transition that may finish requests (complete.lua, requeue_expired.lua), from
--- the keys and arguments they share (distrs/store/redis/scripts.py TransitionKeys).
-local function transition(K, A)
-  return {leases = K.leases, active = K.active, events = K.events, stages = K.stages,
-    chan_work = A.chan_work, chan_result = A.chan_result, ttl = A.ttl, k = A.history_k,
-    maxlen = A.maxlen, policy = A.policy,
-    usage = usage_prefixes(A.u_queued, A.u_bytes, A.u_expiry, A.u_totals)}
+-- the keys and arguments they share (distrs/store/redis/scripts.py TransitionKeys and
+-- TransitionArgs, in their order).
+local function transition(leases, events, active, stages, policy, ttl, history_k, maxlen,
+                          chan_work, chan_result, u_queued, u_bytes, u_expiry, u_totals)
+  return {leases = leases, active = active, events = events, stages = stages,
+    chan_work = chan_work, chan_result = chan_result, ttl = ttl, k = history_k, maxlen = maxlen,
+    policy = policy, usage = usage_prefixes(u_queued, u_bytes, u_expiry, u_totals)}
 end
 
 -- A result's size, as the quotas count it: the length in characters (code points) of the

@@ -4,7 +4,8 @@
 -- Returns {number of expired leases handled, request id, task, stage, request id, ...}.
 local now = A.now
 local expired = redis.call('ZRANGEBYSCORE', K.leases, '-inf', '(' .. now, 'LIMIT', 0, A.limit)
-local ctx = transition(K, A)
+local ctx = transition(K.leases, K.events, K.active, K.stages, A.policy, A.ttl, A.history_k,
+  A.maxlen, A.chan_work, A.chan_result, A.u_queued, A.u_bytes, A.u_expiry, A.u_totals)
 local out = {#expired}
 for _, lkey in ipairs(expired) do
   local l = redis.call('HMGET', lkey, 'k_req', 'k_queue', 'stage', 'worker', 'request_id', 'task',

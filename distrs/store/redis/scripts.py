@@ -1,12 +1,15 @@
 """Every Lua script of the store, with the names of its keys and arguments, declared once.
 
-A script is ``lua/lib.lua`` + its own file (package data), behind a prelude generated from its
-declaration here (``Script.prelude``): ``K.<name>`` for each key, ``A.<name>`` for each argument,
-and ``L.<list>``, a table of rows ``{<name> = ...}``, for each list of items (the leases of a
-bundle, the requests of a submission). The scripts read only those names, never ``KEYS[i]`` or
-``ARGV[i]``: the positions are decided here, in one place, and a call is built from the same
-declaration (``Script.call``: typed tuples, one per script, checked by mypy) so Python and Lua
-cannot disagree about them. What a script returns is documented at the top of its file.
+A script's own file (``lua/<name>.lua``, package data) reads its keys and arguments by name:
+``K.<name>`` for each key, ``A.<name>`` for each argument, and ``L.<list>``, a table of rows
+``{<name> = ...}``, for each list of items (the leases of a bundle, the requests of a
+submission); never ``KEYS[i]`` or ``ARGV[i]``. The positions are decided here, in one place
+(``Script``): when a script is loaded, ``K.<name>`` and ``A.<name>`` become the positions they
+name (so a name its declaration lacks fails at load, not at run time, and reading a name costs
+nothing), and a prelude builds the rows of ``L`` (``Script.prelude``). A call is built from the
+same declaration (``Script.call``: typed tuples, one per script, checked by mypy), so Python and
+Lua cannot disagree about a position. What a script returns is documented at the top of its
+file.
 
 The topology (``topology/``) loads each script for its mode, behind the mode's own functions
 (``lua/standalone.lua`` or ``lua/cluster.lua``: where events, span samples, arrival sequences
@@ -17,6 +20,7 @@ cache.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -25,6 +29,8 @@ from typing import Any, Generic, NamedTuple, TypeVar
 K = TypeVar("K", bound=tuple[Any, ...])
 A = TypeVar("A", bound=tuple[Any, ...])
 
+# ``K.<name>`` and ``A.<name>`` in a script's own file (``Script.resolve``).
+_NAMED = re.compile(r"\b([KA])\.([A-Za-z_]\w*)")
 # Lua keywords cannot name a key or an argument (``K.end`` would not parse).
 _LUA_KEYWORDS = frozenset(
     [
@@ -108,16 +114,31 @@ class Script(Generic[K, A]):
                 flat_args += row[n:]
         return flat_keys, flat_args
 
+    def resolve(self, lua: str) -> str:
+        """``lua`` with each ``K.<name>`` and ``A.<name>`` replaced by the position it names;
+        ValueError for a name this script does not declare."""
+        positions = {
+            "K": {n: f"KEYS[{i}]" for i, n in enumerate(self.key_names, 1)},
+            "A": {n: f"ARGV[{i}]" for i, n in enumerate(self.arg_names, 1)},
+        }
+
+        def position(m: re.Match[str]) -> str:
+            table, name = m.groups()
+            got = positions[table].get(name)
+            if got is None:
+                raise ValueError(
+                    f"lua/{self.name}.lua names {table}.{name}, which scripts.py does not declare"
+                )
+            return got
+
+        return _NAMED.sub(position, lua)
+
     def prelude(self) -> str:
-        """The Lua that names this call's keys and arguments (module docstring)."""
-        nk, na = len(self.key_names), len(self.arg_names)
-        out = [
-            "local K = {" + ", ".join(f"{n} = KEYS[{i}]" for i, n in enumerate(self.key_names, 1)) + "}",
-            "local A = {" + ", ".join(f"{n} = ARGV[{i}]" for i, n in enumerate(self.arg_names, 1)) + "}",
-            "local L = {}",
-        ]
+        """The Lua that builds the rows of this call's lists (module docstring)."""
+        na = len(self.arg_names)
+        out = ["local L = {}"]
         if self.lists:
-            out.append(f"local distrs_ki, distrs_ai = {nk + 1}, {na + len(self.lists) + 1}")
+            out.append(f"local distrs_ki, distrs_ai = {len(self.key_names) + 1}, {na + len(self.lists) + 1}")
         for j, spec in enumerate(self.lists):
             fields = spec.fields
             parts = [f"{f} = KEYS[distrs_ki + {i}]" for i, f in enumerate(fields[: spec.keys])]
@@ -136,7 +157,7 @@ class Script(Generic[K, A]):
         functions, ``lua/<mode>.lua``, the prelude naming its keys and arguments, the shared
         library), and its own code (``lua/<name>.lua``); all package data."""
         head = lua_file(mode) + "\n" + self.prelude() + lua_file("lib") + "\n"
-        return head, lua_file(self.name)
+        return head, self.resolve(lua_file(self.name))
 
 
 def lua_file(name: str) -> str:
