@@ -129,7 +129,7 @@ class Lease(BaseModel):
     started_at: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Completion:
     """One finished lease as its worker reports it: the argument of the store's ``complete``.
 

@@ -128,7 +128,8 @@ def batch_from_hash(h: dict[str, str]) -> BatchInfo:
 def request_from_hash(h: dict[str, str]) -> RequestRecord:
     data: dict[str, Any] = {k: h[k] for k in _REQUEST_SCALARS if k in h}
     data["payload"] = orjson.loads(h.get("payload") or "{}")
-    data["artifacts"] = orjson.loads(h.get("artifacts") or "{}")
+    artifacts = h.get("artifacts")
+    data["artifacts"] = orjson.loads(artifacts) if artifacts and artifacts != "{}" else {}
     data["stages"] = orjson.loads(h.get("stages") or "[]")
     # the route's stages with their queue keys; a request of one stage keeps none (submit.lua)
     route = h.get("route")
