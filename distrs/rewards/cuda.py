@@ -23,28 +23,22 @@ timing on a MIG slice is per slice, timing on a time-sliced GPU is unfit to rank
 
 from __future__ import annotations
 
-import functools
 import glob
 import os
 import statistics
 
 from distrs.core.model import Status
-from distrs.rewards import cuda_toolkit, judged_handler
-from distrs.rewards.base import StageInput, StageOutput
+from distrs.core.reward_type import RewardType
+from distrs.rewards import cuda_toolkit
+from distrs.rewards.base import StageInput, StageOutput, stage_budget
 from distrs.rewards.cuda_toolkit import Toolkit
 from distrs.rewards.gpu_env import timing_flags
-from distrs.rewards.judge import (
-    JudgedPayload,
-    JudgeSettings,
-    Verdict,
-    case_details,
-    case_limits,
-    raw_run,
-    run_tests,
-    score_of,
-    stage_budget,
-)
-from distrs.rewards.judged_handler import BINARY, JudgedHandler, binary_artifact
+from distrs.rewards.judge import handler
+from distrs.rewards.judge.cases import Verdict, case_details, raw_run, run_tests, score_of
+from distrs.rewards.judge.handler import BINARY, JudgedHandler, binary_artifact
+from distrs.rewards.judge.limits import case_limits
+from distrs.rewards.judge.payload import JudgedPayload
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.sandbox import Limits, MemoryKind, Mounts, Sandbox
 from distrs.sandbox.jail import JAIL_WORKDIR
 
@@ -67,12 +61,6 @@ def speed_of(v: Verdict, p: JudgedPayload) -> tuple[float | None, float | None]:
     return t, p.reference_time_s / t
 
 
-@functools.cache
-def _toolkit(nvcc: str, home: str, env_home: str, path: str) -> Toolkit | None:
-    """Resolved once per setting and environment (the worker's image does not change under it)."""
-    return cuda_toolkit.resolve(nvcc, home, {"CUDA_HOME": env_home, "PATH": path})
-
-
 def gpu_devices(dev: str = "/dev") -> list[str]:
     """The NVIDIA GPU device nodes visible to this worker (``/dev/nvidia0`` ...)."""
     return sorted(p for p in glob.glob(os.path.join(dev, "nvidia[0-9]*")) if p[len(dev) + 7 :].isdigit())
@@ -85,16 +73,29 @@ def gpu_mounts(dev: str = "/dev") -> Mounts:
     return Mounts(dev_paths=tuple(sorted(set(nodes))), sys=True)
 
 
-class CompileHandler(judged_handler.CompileHandler):
+class CompileHandler(handler.CompileHandler):
     """nvcc → artifact ``binary``; compile errors end the request ``compile_error``.
 
-    nvcc is resolved once, on the worker (``cuda_toolkit.py``), and run by absolute path."""
+    nvcc is resolved once per handler, on the worker (``cuda_toolkit.py``; the worker's image does
+    not change under it), and run by absolute path; while it is not found, it is looked for again."""
 
     source = "main.cu"
 
+    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
+        super().__init__(sandbox, settings)
+        self._toolkit: Toolkit | None = None
+
     def toolkit(self) -> Toolkit | None:
-        s = self._settings
-        return _toolkit(s.nvcc, s.cuda_home, os.environ.get("CUDA_HOME", ""), os.environ.get("PATH", ""))
+        if self._toolkit is None:
+            s = self._settings
+            self._toolkit = cuda_toolkit.resolve(s.nvcc, s.cuda_home)
+        return self._toolkit
+
+    def absent(self) -> str | None:
+        """No CUDA toolkit in this install: a compile pool built without one serves the other types."""
+        if self.toolkit() is None:
+            return cuda_toolkit.missing(self._settings.nvcc, self._settings.cuda_home)
+        return None
 
     def ready(self) -> tuple[bool, str]:
         if self.toolkit() is None:
@@ -183,5 +184,10 @@ class ExecuteHandler(JudgedHandler):
         )
 
 
-# Entry point ``cuda`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
-HANDLERS = {"compile": CompileHandler, "execute": ExecuteHandler}
+# Entry point ``cuda`` of group ``distrs.rewards`` (pyproject.toml).
+REWARD_TYPE = RewardType(
+    name="cuda",
+    stages=("compile", "execute"),
+    handlers={"compile": CompileHandler, "execute": ExecuteHandler},
+    settings=JudgeSettings,
+)

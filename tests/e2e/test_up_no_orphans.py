@@ -38,7 +38,7 @@ from tests.fixtures.service import free_port, wait_http
 from tests.requirements import need
 
 SLEEP_S = 300  # far past the test: only a kill ends these programs
-BOUND_S = 30.0  # the most any wait here takes (a bound, not a measurement)
+BOUND_S = 90.0  # the most any wait here takes (a bound, not a measurement: a loaded CI machine)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -158,7 +158,7 @@ def assert_nothing_left(procs: list[Proc], marker: str) -> None:
         raise AssertionError("outlived distrs up: " + ", ".join(map(str, left))) from None
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_sigkill_leaves_no_worker_nor_jail(up: Up) -> None:
     marker = f"orph{uuid.uuid4().hex[:8]}"
     up.submit("cpp", cpp_sleeper(marker))
@@ -168,7 +168,7 @@ def test_sigkill_leaves_no_worker_nor_jail(up: Up) -> None:
     assert_nothing_left(procs, marker)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_sigkill_during_the_drain_leaves_no_worker_nor_jail(up: Up) -> None:
     marker = f"orph{uuid.uuid4().hex[:8]}"
     up.submit("python", python_sleeper(marker))

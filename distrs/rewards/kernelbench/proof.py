@@ -26,7 +26,7 @@ class KernelRan:
 
 
 def kernel_ran(names: list[str], reply: dict[str, Any]) -> KernelRan:
-    """The check on the candidate's ``profile`` reply (``run_child.py``)."""
+    """The check on the candidate's ``profile`` reply (``judge_process.py``)."""
     if not reply.get("ok"):
         why = f"the CUDA profiler failed in the judging process: {str(reply.get('error'))[-500:]}"
         return KernelRan(flag={"check": "kernel_ran_unverified", "why": why})

@@ -13,7 +13,7 @@ import pytest
 from distrs.core.model import Status
 from distrs.rewards import cpp, cuda, cuda_toolkit
 from distrs.rewards.base import StageInput, StageOutput
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.math_reward import MathSettings, VerifyHandler
 from distrs.rewards.python_reward import PythonRunHandler
 from distrs.sandbox.local import LocalSandbox

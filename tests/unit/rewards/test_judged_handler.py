@@ -11,9 +11,9 @@ import pytest
 
 from distrs.core.model import Status
 from distrs.rewards import cpp, cuda
-from distrs.rewards.base import StageInput
-from distrs.rewards.judge import JudgeSettings, MiB
-from distrs.rewards.judged_handler import CompileHandler
+from distrs.rewards.base import MiB, StageInput
+from distrs.rewards.judge.handler import CompileHandler
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.python_reward import PythonRunHandler
 from distrs.sandbox import Limits, RunResult, Termination
 from distrs.sandbox.jail import JAIL_WORKDIR

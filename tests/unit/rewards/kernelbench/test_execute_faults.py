@@ -2,7 +2,7 @@
 into the judge, which must end ``internal_error`` or a flag, never a candidate verdict; and the
 candidate's own failures, which must stay its verdict.
 
-The two judging processes are scripted stand-ins for ``run_child.py`` behind the judge's own
+The two judging processes are scripted stand-ins for ``judge_process.py`` behind the judge's own
 ``Child`` wrapper (``ExecuteHandler.start_child``): what each answers to each command, or that it
 stalls, dies or runs out of memory. The real processes are exercised by the kernel tier
 (``tests/integration/rewards/kernelbench``); here every fault can be placed exactly.
@@ -21,7 +21,7 @@ import pytest
 
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
-from distrs.rewards.kernelbench import execute
+from distrs.rewards.kernelbench import request_judge
 from distrs.rewards.kernelbench.execute import ExecuteHandler
 from distrs.rewards.kernelbench.jailed import ChildGone, ChildTimeout
 from distrs.rewards.kernelbench.payload import parse_payload
@@ -73,7 +73,7 @@ def honest(role: str, cmd: dict[str, Any]) -> Reply:
 
 
 class FakeChild:
-    """A judging process that answers from a script (``execute.Child``)."""
+    """A judging process that answers from a script (``request_judge.Child``)."""
 
     def __init__(self, role: str, script: Script, log: list[tuple[str, str]]) -> None:
         self.role = role
@@ -220,7 +220,7 @@ def test_no_output_window_is_internal_error(monkeypatch: pytest.MonkeyPatch) -> 
     def refuse(*a: Any, **k: Any) -> Any:
         raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr(execute.OutputWindow, "create", refuse)
+    monkeypatch.setattr(request_judge.OutputWindow, "create", refuse)
     out = judge(lambda r, c: None)
     assert out.status is Status.INTERNAL_ERROR and "output window" in out.detail["error"]
 

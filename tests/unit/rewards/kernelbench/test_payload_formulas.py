@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from distrs.rewards.judge import InvalidPayload
+from distrs.rewards.base import InvalidPayload
 from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
 from distrs.rewards.kernelbench.payload import parse_payload
 

@@ -18,7 +18,7 @@ need("torch", "the judging processes' tensor code runs torch (the 'kernels' extr
 
 import torch  # noqa: E402
 
-from distrs.rewards.kernelbench import tensors as T  # noqa: E402
+from distrs.rewards.kernelbench.in_jail import tensors as T  # noqa: E402
 
 P = 2_147_483_629
 

@@ -1,6 +1,6 @@
 """Runs inside an execute jail: one KernelBench model, driven step by step by the host.
 
-Run as ``python -I -B run_child.py``. The host starts two of these per request, each in its own
+Run as ``python -I -B judge_process.py``. The host starts two of these per request, each in its own
 jail: the *reference* (``Model`` of ``reference.py``) and the *candidate* (``ModelNew`` of
 ``candidate.py``, whose ``load_inline`` calls load the modules the compile stage shipped instead
 of building: a call the compile stage did not build fails). The candidate never shares a

@@ -1,6 +1,6 @@
 """Tensor work of the judging processes: digests, chunked comparison, the output window.
 
-Runs inside the execute jails (``run_child.py`` loads this file by path; torch only, nothing of
+Runs inside the execute jails (``judge_process.py`` loads this file by path; torch only, nothing of
 ``distrs``) and in the host's tests. Everything here works in bounded memory whatever the
 output's size: KernelBench's current problems have single outputs of 6-7 GiB, so no step may
 cast, concatenate or index a whole output at once.
