@@ -140,7 +140,7 @@ class ClusterTopology(Topology):
     def __init__(self, client: Any, settings: Any, keys: ClusterKeys, events_maxlen: int) -> None:
         super().__init__(client, settings, keys, events_maxlen)
         self.registry = TaskRegistry()
-        self.ready = ReadyIndex(self)
+        self.ready = ReadyIndex(self, keys, self.known_tasks)
         self._topology_read_at = float("-inf")
         self._short_of_replicas: dict[str, float] = {}  # primary -> skip WAIT until
 

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from distrs.store import errors
+from distrs.store.keys import ClusterKeys
 from distrs.store.redis.scripts import (
     MARK_READY,
     PRUNE_READY,
@@ -40,9 +41,7 @@ from distrs.store.redis.scripts import (
     ReadyMark,
     ReadyUnmark,
 )
-
-if TYPE_CHECKING:
-    from distrs.store.redis.topology.cluster import ClusterTopology
+from distrs.store.redis.topology.standalone import Topology
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +67,15 @@ class ReadyCopy:
 
 
 class ReadyIndex:
-    """Marks, prunes, reads and repairs of the ready index (module docstring)."""
+    """Marks, prunes, reads and repairs of the ready index (module docstring), through the
+    cluster topology's calls (``topology``), its keys and its registry of tasks (``known_tasks``)."""
 
-    def __init__(self, topology: ClusterTopology) -> None:
+    def __init__(
+        self, topology: Topology, keys: ClusterKeys, known_tasks: Callable[[], Awaitable[list[str]]]
+    ) -> None:
         self.topology = topology
+        self.keys = keys
+        self.known_tasks = known_tasks
         self.copies: dict[str, ReadyCopy] = {}  # stage -> this process's copy
         self._repaired_at = float("-inf")
 
@@ -81,7 +85,7 @@ class ReadyIndex:
         topo = self.topology
         copy = self.copies.setdefault(stage, ReadyCopy())
         if fresh or copy.stale(REGISTRY_TTL_S):
-            rows = await topo.call(lambda: topo.client.zrange(topo.keys.ready(stage), 0, -1, withscores=True))
+            rows = await topo.call(lambda: topo.client.zrange(self.keys.ready(stage), 0, -1, withscores=True))
             copy.replace({str(t): int(g) for t, g in rows})
         return dict(copy.tasks)
 
@@ -93,7 +97,7 @@ class ReadyIndex:
         todo = sorted(set(pairs))
         if not todo:
             return
-        k = self.topology.keys
+        k = self.keys
         try:
             gens = await self.topology.run(
                 MARK_READY, MarkKeys(k.ready_gen()), NoArgs(), [ReadyMark(k.ready(s), t) for s, t in todo]
@@ -112,7 +116,7 @@ class ReadyIndex:
             for task, gen in read.items():
                 if copy.tasks.get(task) == gen:
                     del copy.tasks[task]
-        ready = self.topology.keys.ready(stage)
+        ready = self.keys.ready(stage)
         rows = [ReadyUnmark(ready, task, gen) for task, gen in sorted(read.items())]
         try:
             await self.topology.run(PRUNE_READY, NoKeys(), NoArgs(), rows)
@@ -124,9 +128,8 @@ class ReadyIndex:
         if now - self._repaired_at < REPAIR_S:
             return
         self._repaired_at = now
-        topo = self.topology
-        k = topo.keys
-        tasks = await topo.known_tasks()
+        topo, k = self.topology, self.keys
+        tasks = await self.known_tasks()
         slots = sorted({k.slot_of(t) for t in tasks})
 
         async def stages_of() -> list[Any]:
