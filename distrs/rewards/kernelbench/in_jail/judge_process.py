@@ -326,7 +326,6 @@ class Runner:
         send({"ok": True})
 
     def go(self) -> None:
-        torch = self.torch
         before = Counted.calls
         a, b, p = self.digest_args
         # both sides compute the scale (only the reference's is used): their host-clock overheads
