@@ -17,6 +17,9 @@ Semantics every implementation must keep:
   (NoNextStage) and changes nothing.
   ``requeue_expired`` puts expired leases back at the head of their batch's order; after
   ``max_attempts`` the request ends ``internal_error``.
+* ``store_route`` stores a request's route only where it has none stored (a request of a release
+  that kept its first stage only; docs/store.md, "Upgrading from a release without stored
+  routes"), in one atomic step, and never replaces a route.
 * Fencing: a lease is usable only by its holder (the credential that took it) and only while it is
   live. An expired lease is refused (LeaseExpired) even before ``requeue_expired`` has run, and a
   requeued or finished one is unknown, so a late heartbeat or completion from an old holder can
@@ -210,6 +213,14 @@ class QueueStore(Protocol):
         ...
 
     async def get_request(self, task: str, request_id: str) -> RequestRecord | None: ...
+
+    async def store_route(self, task: str, request_id: str, route: Sequence[str]) -> bool:
+        """Keep ``route`` as the request's route if none is stored with it: True when stored;
+        False when the request keeps one already or is unknown (nothing changed). A route of one
+        stage is stored as none (the request's current stage is all of it), so it is never
+        stored here. For the requests of a release that stored their first stage only
+        (docs/store.md, "Upgrading from a release without stored routes")."""
+        ...
 
     async def batch_results(self, task: str, batch_id: str) -> list[Result]:
         """Finished results of a batch in submission order."""

@@ -44,6 +44,8 @@ class BatchPart(Protocol):
 
     async def get_request(self, task: str, request_id: str) -> RequestRecord | None: ...
 
+    async def store_route(self, task: str, request_id: str, route: Sequence[str]) -> bool: ...
+
 
 class LeasePart(Protocol):
     def lease(
@@ -156,6 +158,9 @@ class ComposedStore:
 
     async def get_request(self, task: str, request_id: str) -> RequestRecord | None:
         return await self.batches.get_request(task, request_id)
+
+    async def store_route(self, task: str, request_id: str, route: Sequence[str]) -> bool:
+        return await self.batches.store_route(task, request_id, route)
 
     # leases --------------------------------------------------------------------------------
 

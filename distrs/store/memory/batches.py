@@ -1,7 +1,10 @@
 """Batches and requests in memory: registration (with the span prior of new tasks), submission
-(idempotent, all or nothing per call) and reads of batch and request records."""
+(idempotent, all or nothing per call), reads of batch and request records, and the route of a
+request that has none stored (``store_route``)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from distrs.core.history import estimate_completion, prior_span
 from distrs.core.model import BatchInfo, RequestRecord
@@ -109,3 +112,12 @@ class MemoryBatches:
     async def get_request(self, task: str, request_id: str) -> RequestRecord | None:
         rec = self.s.requests.get((task, request_id))
         return rec.model_copy() if rec else None
+
+    async def store_route(self, task: str, request_id: str, route: Sequence[str]) -> bool:
+        """As Redis, which keeps no route for a route of one stage: a record whose route has at
+        most one stage has none stored, and only a longer route is stored."""
+        rec = self.s.requests.get((task, request_id))
+        if rec is None or len(rec.route) > 1 or len(route) < 2:
+            return False
+        rec.route = list(route)
+        return True

@@ -1,11 +1,12 @@
 """Batches and requests in Redis: registration (with the span prior of new tasks), submission
-(idempotent, all or nothing per call; each request's whole route stored with it) and reads of
-batch and request records."""
+(idempotent, all or nothing per call; each request's whole route stored with it), reads of
+batch and request records, and the route of a request that has none stored (``store_route``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -13,12 +14,16 @@ import orjson
 from distrs.core.history import SPAN_SAMPLES, SpanSample, prior_span
 from distrs.core.model import BatchInfo, RequestRecord
 from distrs.store.base import NewRequest, SubmitOutcome
+from distrs.store.keys import Keys
 from distrs.store.redis.records import batch_from_hash, num, pairs, request_from_hash
 from distrs.store.redis.scripts import (
     REGISTER_BATCH,
+    STORE_ROUTE,
     SUBMIT,
     RegisterArgs,
     RegisterKeys,
+    StoreRouteArgs,
+    StoreRouteKeys,
     SubmitArgs,
     SubmitGroup,
     SubmitKeys,
@@ -27,6 +32,12 @@ from distrs.store.redis.scripts import (
 from distrs.store.redis.topology import Topology
 from distrs.store.redis.wake import Wakeups, completed_key
 from distrs.store.usage_deltas import UsageDeltas
+
+
+def route_json(k: Keys, task: str, route: Sequence[str]) -> str:
+    """A request's ``route`` field: JSON ``[[stage, queue key], ...]`` (``complete.lua`` moves
+    the request on to the next stage's queue without building a key)."""
+    return orjson.dumps([(s, k.queue(s, task)) for s in route]).decode()
 
 
 class RedisBatches:
@@ -159,9 +170,7 @@ class RedisBatches:
             )
             for i in positions:
                 r = requests[i]
-                route = ""
-                if len(r.route) > 1:
-                    route = orjson.dumps([(s, k.queue(s, task)) for s in r.route]).decode()
+                route = route_json(k, task, r.route) if len(r.route) > 1 else ""
                 rows.append(
                     SubmitRequest(
                         request=k.request(task, r.request_id),
@@ -183,3 +192,13 @@ class RedisBatches:
         topo = self.topology
         h = await topo.call(lambda: topo.client.hgetall(topo.keys.request(task, request_id)))
         return request_from_hash(h) if h else None
+
+    async def store_route(self, task: str, request_id: str, route: Sequence[str]) -> bool:
+        """The route as submit would have stored it, where the request has none
+        (``store_route.lua``); a route of one stage is stored as none (submit stores none)."""
+        if len(route) < 2:
+            return False
+        topo = self.topology
+        k = topo.keys
+        keys = StoreRouteKeys(k.request(task, request_id))
+        return bool(await topo.run(STORE_ROUTE, keys, StoreRouteArgs(route_json(k, task, route))))

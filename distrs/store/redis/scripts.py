@@ -314,6 +314,14 @@ class CompleteItem(NamedTuple):
     status: str
 
 
+class StoreRouteKeys(NamedTuple):
+    request: str
+
+
+class StoreRouteArgs(NamedTuple):
+    route: str  # JSON [[stage, queue key], ...], as submit stores it
+
+
 class ReleaseKeys(NamedTuple):
     lease: str
     leases: str
@@ -360,6 +368,7 @@ COMPLETE = Script(
     "complete", TransitionKeys, CompleteArgs, Items("items", CompleteItem, 1), shared=TransitionArgs
 )
 RELEASE = Script("release", ReleaseKeys, ReleaseArgs)
+STORE_ROUTE = Script("store_route", StoreRouteKeys, StoreRouteArgs)
 REQUEUE_EXPIRED = Script("requeue_expired", TransitionKeys, RequeueArgs, shared=TransitionArgs)
 MARK_READY = Script("mark_ready", MarkKeys, NoArgs, Items("marks", ReadyMark, 1))
 PRUNE_READY = Script("prune_ready", NoKeys, NoArgs, Items("unmarks", ReadyUnmark, 1))
@@ -372,6 +381,7 @@ SCRIPTS: tuple[Script[Any, Any], ...] = (
     HEARTBEAT,
     COMPLETE,
     RELEASE,
+    STORE_ROUTE,
     REQUEUE_EXPIRED,
     MARK_READY,
     PRUNE_READY,

@@ -461,6 +461,41 @@ async def test_next_at_the_end_of_the_route_is_refused_and_changes_nothing(store
     assert out.batch_completed and out.request.stages[-1].outcome == "final"
 
 
+async def test_store_route_only_where_none_is_stored(store: QueueStore) -> None:
+    """A request of a release that stored its first stage only (in Redis a hash without
+    ``route``: the very hash submit writes for a route of one stage) is refused ``next``; once
+    its route is stored, the same ``next`` moves it on and it finishes. A stored route is never
+    replaced, a route of one stage is not stored, and an unknown request is not created."""
+    await register(store, size=2)
+    await store.submit([req("old").model_copy(update={"route": ["compile"]}), req("new")], 100.0)
+    if isinstance(store, RedisStore):
+        client: Any = store.topology.client
+        assert not await client.hexists(store.keys.request("t", "old"), "route")
+    lease = await store.lease("compile", "w", 101.0, 30.0)
+    assert lease is not None and lease.request_id == "old"
+    nxt = Completion(lease_id=lease.lease_id, outcome="next", run_s=1.0, artifacts={"bin": "x"})
+    with pytest.raises(NoNextStage):
+        await store.complete(nxt, "w", 102.0)
+    assert not await store.store_route("t", "old", ["compile"])  # one stage: stored as none
+    assert await store.store_route("t", "old", ["compile", "execute"])
+    assert not await store.store_route("t", "old", ["compile", "verify"])  # kept, not replaced
+    rec = await store.get_request("t", "old")
+    assert rec is not None and rec.route == ["compile", "execute"] and rec.stage == "compile"
+    assert rec.state is RequestState.RUNNING and rec.stages == []  # nothing else changed
+    out = await store.complete(nxt, "w", 103.0)
+    assert out.next_stage == "execute" and out.request.artifacts == {"bin": "x"}
+    held = await store.lease("execute", "w", 104.0, 30.0)
+    assert held is not None and held.request_id == "old" and held.artifacts == {"bin": "x"}
+    done = await store.complete(final(held.lease_id, "old"), "w", 105.0)
+    assert done.request.result is not None and done.request.result.status is Status.OK
+    assert [s.name for s in done.request.result.stages] == ["compile", "execute"]
+    assert not await store.store_route("t", "new", ["compile", "verify"])  # has its own
+    rec = await store.get_request("t", "new")
+    assert rec is not None and rec.route == list(ROUTE)
+    assert not await store.store_route("t", "gone", ["compile", "execute"])
+    assert await store.get_request("t", "gone") is None
+
+
 # results, history, events ---------------------------------------------------------------------
 
 
