@@ -28,6 +28,10 @@ answer per lease, so one refused lease (expired, another token's, a bad item) ne
 others from landing; a bundle's metrics are recorded once per bundle (``_record_many``). The
 single-lease routes are unchanged.
 
+A ``next`` the store refuses ``no_next_stage`` goes through ``route_backfill.py`` before it is
+answered: a request submitted by a release that stored no route gets its route and the
+completion goes again, once.
+
 A lease whose body cannot be rendered (a payload the JSON encoder refuses) is never handed out
 and never left held: its request ends ``invalid`` with the reason, and the long-poll goes on.
 """
@@ -47,6 +51,7 @@ from pydantic import BaseModel
 
 from distrs.core.model import Completion, Lease, Result, Status
 from distrs.proxy import body as json_body
+from distrs.proxy import route_backfill
 from distrs.proxy.auth import Principal, Role
 from distrs.proxy.deps import AppState, authorize, bound_worker
 from distrs.proxy.errors import ApiError, from_errors
@@ -64,7 +69,7 @@ from distrs.proxy.schemas import (
     ReleaseRequest,
 )
 from distrs.store.base import CompleteOutcome
-from distrs.store.errors import StoreError
+from distrs.store.errors import NoNextStage, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +227,11 @@ async def complete(request: Request) -> JSONResponse:
     body = await _parse(request, CompleteRequest)
     bound_worker(who, body.worker_id)
     item = _completion(st, lease_id, body)
-    out = await st.store.complete(item, holder_of(request, st, who), st.clock())
+    holder = holder_of(request, st, who)
+    try:
+        out = await st.store.complete(item, holder, st.clock())
+    except NoNextStage as refused:  # perhaps a request of a release that stored no route
+        out = await route_backfill.complete_again(st.store, st.table, item, holder, st.clock, refused)
     await _record(st, out.request, out.batch_completed)
     return JSONResponse(_completed_view(lease_id, out))
 
@@ -288,7 +297,11 @@ async def complete_bundle(request: Request) -> JSONResponse:
             todo.append((i, _completion(st, it.lease_id, it)))
         except ApiError as exc:
             views[i] = {"lease_id": it.lease_id, "error": {"code": exc.code, "message": exc.message}}
-    outs = await st.store.complete_many([c for _, c in todo], holder_of(request, st, who), st.clock())
+    holder = holder_of(request, st, who)
+    items = [c for _, c in todo]
+    outs = await st.store.complete_many(items, holder, st.clock())
+    if any(isinstance(out, NoNextStage) for out in outs):  # perhaps requests of an earlier release
+        outs = await route_backfill.complete_many_again(st.store, st.table, items, outs, holder, st.clock)
     landed: list[CompleteOutcome] = []
     for (i, c), out in zip(todo, outs, strict=True):
         if isinstance(out, StoreError):

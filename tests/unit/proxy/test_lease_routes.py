@@ -244,7 +244,8 @@ async def test_next_goes_where_the_route_given_at_submit_says_reading_nothing_fi
 ) -> None:
     """Submission decides a request's whole route (a synthetic request skips the stages its
     payload gives no time); a completion only says ``next``: the store moves it on, and the
-    proxy reads nothing about the lease or the request before."""
+    proxy reads nothing about the lease or the request before. Only a refused ``next`` reads the
+    lease, once, to tell a request of a release that stored no route (``route_backfill.py``)."""
     r = await api.trainer.post("/v1/batches", json={"task": "t1", "batch_id": "b1", "size": 2})
     assert r.status_code == 201, r.text
     both = {"durations": {"compile": 1.0, "execute": 1.0}}
@@ -258,6 +259,7 @@ async def test_next_goes_where_the_route_given_at_submit_says_reading_nothing_fi
     async def unread(lease_id: str) -> None:
         raise AssertionError("a completion read the lease")
 
+    get_lease = api.store.get_lease
     monkeypatch.setattr(api.store, "get_lease", unread)
     two, one = (await _bundle(api, 2))["leases"]
     assert [two["request_id"], one["request_id"]] == ["two", "one"]
@@ -265,13 +267,22 @@ async def test_next_goes_where_the_route_given_at_submit_says_reading_nothing_fi
     r = await api.worker.post(f"/v1/leases/{two['lease_id']}/complete", json=body)
     assert r.status_code == 200, r.text
     assert r.json()["next_stage"] == "execute"
+    reads: list[str] = []
+
+    async def counted(lease_id: str) -> Any:
+        reads.append(lease_id)
+        return await get_lease(lease_id)
+
+    monkeypatch.setattr(api.store, "get_lease", counted)
     r = await api.worker.post(f"/v1/leases/{one['lease_id']}/complete", json=body)
-    assert r.status_code == 422
+    assert r.status_code == 422 and reads == [one["lease_id"]]
     err = r.json()["error"]
     assert err["code"] == "no_next_stage" and err["details"] == {"field": "outcome"}
     assert "'compile'" in err["message"]
     items = [{"lease_id": one["lease_id"], "outcome": "next"}]
     r = await api.worker.post("/v1/leases/complete", json={"worker_id": "w1", "items": items})
     assert r.status_code == 200 and r.json()["items"][0]["error"]["code"] == "no_next_stage"
+    assert reads == [one["lease_id"]] * 2
     rec = await api.store.get_request(TASK, "one")
     assert rec is not None and rec.state is RequestState.RUNNING and rec.stages == []  # untouched
+    assert rec.route == ["compile"]
