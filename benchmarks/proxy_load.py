@@ -14,7 +14,8 @@ docs/store.md), side by side in one run:
    whole trip: register, bulk submit, lease, complete, and the result fetched by the trainer
    (batches of ``--batch-size`` registered and submitted in bulk while earlier ones are being
    worked on, results read with the long-poll). Target: >= 2,000/s per proxy process. Proxy CPU
-   and (Redis) the Redis server's CPU seconds per lifecycle (``INFO CPU`` before and after).
+   and (Redis) the Redis server's CPU seconds and commands per lifecycle (``INFO CPU``, ``INFO
+   stats`` before and after).
    Run twice: one lease and one completion call per request (64 workers), and as ``distrs
    worker`` runs a short stage, bundles of up to ``--bundle`` leases per call (8 workers); the
    framework-limit share is stated for the first only (a bundle call carries k leases).
@@ -66,6 +67,8 @@ from typing import Any, ParamSpec, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request, Response
+
+from distrs.core.model import Completion
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -707,7 +710,7 @@ async def phase_store(redis_url: str, n: int, workers: int) -> dict[str, Any]:
         await store.register_batch(BatchInfo(task="s", batch_id="b", size=n), 1.0)
         reqs = [
             NewRequest(task="s", batch_id="b", request_id=f"r{i}", reward_type="synthetic",
-                       first_stage="compile", payload=_payload())
+                       route=["compile"], payload=_payload())
             for i in range(n)
         ]  # fmt: skip
         final = Result(request_id="", status=Status.OK, score=1.0)
@@ -717,7 +720,7 @@ async def phase_store(redis_url: str, n: int, workers: int) -> dict[str, Any]:
 
         async def worker(k: int) -> None:
             while (lease := await store.lease("compile", f"w{k}", 3.0, 30.0)) is not None:
-                await store.complete(lease.lease_id, f"w{k}", 4.0, 0.0, None, None, final, "final")
+                await store.complete(Completion(lease_id=lease.lease_id, result=final), f"w{k}", 4.0)
 
         await asyncio.gather(*(worker(k) for k in range(workers)))
         assert len(await store.batch_results("s", "b")) == n
@@ -805,6 +808,16 @@ def _redis_cpu_s(port: int) -> float:
     return sum(vals.values())
 
 
+def _redis_commands(port: int) -> int:
+    """Commands Redis has processed so far (``INFO stats``; a script counts as one, and so does
+    each command it runs)."""
+    for line in _redis_cmd(port, "INFO", "stats").splitlines():
+        k, _, v = line.strip().partition(":")
+        if k == "total_commands_processed":
+            return int(v)
+    return 0
+
+
 def _markdown(res: dict[str, Any]) -> str:
     runs, mem, fl = res["runs"], res["memory"], res["floor"]
     ok = res["verdict"]
@@ -851,6 +864,8 @@ def _markdown(res: dict[str, Any]) -> str:
             f"| {rt['proxy_cpu_ms_per_lifecycle']} | — | — |",
             f"| {label}: Redis server CPU ms per lifecycle (`INFO CPU`) | — | {rt['redis_cpu_ms_per_lifecycle']} "
             "| — | — |",
+            f"| {label}: Redis commands per lifecycle (`INFO stats`; a script's own count too) | — "
+            f"| {rt.get('redis_commands_per_lifecycle', '—')} | — | — |",
         ]
     for rate_run in ("latency",):
         ml, rl = runs["memory"][rate_run], runs["redis"][rate_run]
@@ -937,11 +952,12 @@ async def _measured(
 ) -> dict[str, Any]:
     """One throughput run with the proxy's CPU, Redis' CPU and the HTTP calls it took."""
     rcpu = (lambda: _redis_cpu_s(redis_port)) if redis_port else (lambda: 0.0)
-    cpu0, rcpu0, calls0 = proxy.cpu_s(), rcpu(), Http.calls
+    rcmd = (lambda: _redis_commands(redis_port)) if redis_port else (lambda: 0)
+    cpu0, rcpu0, rcmd0, calls0 = proxy.cpu_s(), rcpu(), rcmd(), Http.calls
     thr = await phase_throughput(
         proxy.port, args.requests, args.batch_size, workers, args.inflight, task, bundle=bundle
     )
-    cpu, rc, calls = proxy.cpu_s() - cpu0, rcpu() - rcpu0, Http.calls - calls0
+    cpu, rc, cmds, calls = proxy.cpu_s() - cpu0, rcpu() - rcpu0, rcmd() - rcmd0, Http.calls - calls0
     thr["proxy_cpu_s"] = round(cpu, 2)
     thr["proxy_cpu_ms_per_lifecycle"] = round(1000 * cpu / thr["requests"], 3)
     # 204s of idle long-polls at the end are part of the cost, so they are counted too
@@ -949,6 +965,7 @@ async def _measured(
     if redis_port:
         thr["redis_cpu_s"] = round(rc, 2)
         thr["redis_cpu_ms_per_lifecycle"] = round(1000 * rc / thr["requests"], 4)
+        thr["redis_commands_per_lifecycle"] = round(cmds / thr["requests"], 2)
     return thr
 
 

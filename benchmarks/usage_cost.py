@@ -1,8 +1,8 @@
 """What the per-tenant usage accounting (``store/redis/usage.py``) costs Redis per lifecycle.
 
-The Redis store with the accounting (``RedisStore``) against the same store without it (the other
-mixins alone, whose scripts get no usage keys: standalone, the scripts move the counters
-themselves), side by side and alternating, against one fresh ``redis-server`` (no persistence,
+The Redis store with the accounting (``RedisStore``) against the same store without it (its keys
+give the scripts no usage counter keys, so they move no counters: standalone, the scripts move
+them themselves), side by side and alternating, against one fresh ``redis-server`` (no persistence,
 so that only the commands are compared): batches of 1,000 registered, submitted in bulk, leased
 and completed one at a time and in bundles of 32, results read. Per lifecycle it reports the
 Redis commands processed (``INFO stats``: deterministic, so valid on a busy machine; a script
@@ -22,36 +22,33 @@ import subprocess
 import tempfile
 import time
 import uuid
-from typing import Any
 
 import redis.asyncio as aredis
 
 from distrs.config import StoreSettings
-from distrs.core.model import BatchInfo, Result, Status
-from distrs.store.base import CompletionItem, NewRequest
+from distrs.core.model import BatchInfo, Completion, Result, Status
+from distrs.store.base import NewRequest
 from distrs.store.keys import Keys
 from distrs.store.redis import RedisStore
-from distrs.store.redis.base import RedisBase
-from distrs.store.redis.batches import BatchOps
-from distrs.store.redis.leases import LeaseOps
-from distrs.store.redis.results import ResultOps
+from distrs.store.redis.client import connect
+from distrs.store.redis.topology import Topology
 
 BATCH = 1000
 
 
 class _NoUsageKeys(Keys):
-    """Keys whose scripts are told not to move usage counters (as in cluster mode)."""
+    """Keys whose scripts are told not to move usage counters."""
 
     def usage_prefixes(self) -> tuple[str, str, str, str]:
         return ("", "", "", "")
 
 
-class WithoutUsage(BatchOps, LeaseOps, ResultOps, RedisBase):
-    """The Redis store less its usage accounting."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.keys = _NoUsageKeys(self.keys.ns, cluster=self.keys.cluster)
+def _store(url: str, accounting: bool) -> RedisStore:
+    """The standalone Redis store, with or without its usage accounting."""
+    settings = StoreSettings.model_validate({"redis_url": url})
+    ns = f"u-{uuid.uuid4().hex[:8]}"
+    keys = Keys(ns) if accounting else _NoUsageKeys(ns)
+    return RedisStore(Topology(connect(url, settings), settings, keys))
 
 
 def _free_port() -> int:
@@ -60,12 +57,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _run(cls: type[RedisBase], url: str, n: int, bundle: int) -> tuple[float, float, float, float]:
-    store = cls.from_url(
-        url, StoreSettings.model_validate({"redis_url": url}), namespace=f"u-{uuid.uuid4().hex[:8]}"
-    )
+async def _run(accounting: bool, url: str, n: int, bundle: int) -> tuple[float, float, float, float]:
+    store = _store(url, accounting)
     await store.start()
-    assert isinstance(store, BatchOps) and isinstance(store, LeaseOps) and isinstance(store, ResultOps)
     r = aredis.from_url(url, decode_responses=True)
 
     async def counters() -> tuple[int, float]:
@@ -87,7 +81,7 @@ async def _run(cls: type[RedisBase], url: str, n: int, bundle: int) -> tuple[flo
                 batch_id=bid,
                 request_id=f"{bid}-{i}",
                 reward_type="synthetic",
-                first_stage="s",
+                route=["s"],
                 payload={"x": 1},
             )
             for i in range(BATCH)
@@ -96,17 +90,19 @@ async def _run(cls: type[RedisBase], url: str, n: int, bundle: int) -> tuple[flo
         while leases := await store.lease_many("s", "w", now, 30.0, bundle):
             results = [Result(request_id=x.request_id, status=Status.OK, score=1.0) for x in leases]
             if bundle == 1:
-                await store.complete(leases[0].lease_id, "w", now, 0.1, None, None, results[0], "final")
+                await store.complete(
+                    Completion(lease_id=leases[0].lease_id, run_s=0.1, result=results[0]), "w", now
+                )
             else:
                 items = [
-                    CompletionItem(lease_id=x.lease_id, result=res)
+                    Completion(lease_id=x.lease_id, result=res)
                     for x, res in zip(leases, results, strict=True)
                 ]
                 await store.complete_many(items, "w", now)
         await store.batch_results("a/t", bid)
     wall, client = time.perf_counter() - t0, time.process_time() - p0
     c1, cpu1 = await counters()
-    await store.flush_namespace()  # type: ignore[attr-defined]
+    await store.flush_namespace()
     await store.close()
     await r.aclose()
     done = n // BATCH * BATCH
@@ -130,8 +126,8 @@ async def main(args: argparse.Namespace) -> None:
         print("|---|---|---|---|---|---|")
         for bundle in (1, 32):
             for _ in range(args.rounds):
-                for name, cls in (("off", WithoutUsage), ("on", RedisStore)):
-                    cmds, cpu_us, client_us, rate = await _run(cls, url, args.requests, bundle)
+                for name, accounting in (("off", False), ("on", True)):
+                    cmds, cpu_us, client_us, rate = await _run(accounting, url, args.requests, bundle)
                     print(
                         f"| {bundle} | {name} | {cmds:.2f} | {cpu_us:.0f} | {client_us:.0f} | {rate:.0f} |",
                         flush=True,

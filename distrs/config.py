@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validato
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from distrs.core.priority import QueuePolicy
-from distrs.sentinel_url import is_sentinel_url, parse_sentinel_url
+from distrs.store.sentinel_url import is_sentinel_url, parse_sentinel_url
 
 
 class RedisMode(StrEnum):
@@ -85,7 +85,7 @@ class StoreSettings(_Base):
         10.0,
         ge=1,
         description="TCP keepalive idle time on Redis connections: a dead connection fails after "
-        "about 2.5 times this (see store/redis_client.py).",
+        "about 2.5 times this (see store/redis/client.py).",
     )
 
     @field_validator("redis_mode")

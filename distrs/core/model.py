@@ -6,8 +6,9 @@ serialises them with ``model_dump_json`` and reads them back with ``model_valida
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,6 +102,8 @@ class RequestRecord(BaseModel):
     stages: list[StageRecord] = Field(default_factory=list)
     result: Result | None = None
     seq: int = 0
+    # The stages it visits, in order: decided once, at submit (``rewards.routing.route``).
+    route: list[str] = Field(default_factory=list)
 
 
 class Lease(BaseModel):
@@ -126,12 +129,18 @@ class Lease(BaseModel):
     started_at: float = 0.0
 
 
-class Completion(BaseModel):
-    """What a worker reports when it finishes a lease."""
+@dataclass(slots=True)
+class Completion:
+    """One finished lease as its worker reports it: the argument of the store's ``complete``.
 
-    model_config = ConfigDict(extra="forbid")
+    ``next`` moves the request on to the stage after this one on its route (decided at submit
+    and kept by the store, so a completion names no stage), handing it ``artifacts`` (None keeps
+    those it has); ``final`` records ``result`` (None records ``internal_error``). A plain
+    record, checked where it is made (the proxy validates the worker's body): one is made per
+    completion, on the hottest path."""
 
-    outcome: str = Field(pattern="^(next|final)$")
-    result: dict[str, Any] | None = None
+    lease_id: str
+    outcome: Literal["next", "final"] = "final"
+    run_s: float = 0.0
     artifacts: dict[str, str] | None = None
-    run_s: float = Field(0.0, ge=0)
+    result: Result | None = None

@@ -25,9 +25,8 @@ from distrs.proxy import errors
 from distrs.proxy.auth import TokenTable
 from distrs.proxy.credentials import CredentialIssuer, derive_secret
 from distrs.proxy.deps import AppState
+from distrs.proxy.dispatch import ProxyApp, body_framing
 from distrs.proxy.gc_policy import GcPolicy
-from distrs.proxy.hot_path import ProxyApp, body_framing
-from distrs.proxy.plain_routes import plain
 from distrs.proxy.responses import JSONResponse
 from distrs.proxy.routes import catalog, ops, session_ops, sessions, trainer, worker, workers
 from distrs.proxy.sessions import SessionService
@@ -202,20 +201,19 @@ def create_app(
     # a lease's CPU). Their routers carry everything an inclusion would add (prefix, tags, and
     # for the trainer routes this app's response class; the worker routes return their
     # responses themselves).
-    # Those of them that take only the request are served as plain Starlette routes, ahead of
-    # everything (``plain_routes.py``); the FastAPI routes behind them document them.
-    # ``ProxyApp`` answers those before FastAPI's per-call layers (``hot_path.py``).
+    # Those of them that take only the request are answered before FastAPI's per-call layers
+    # (``ProxyApp``'s hot path, ``dispatch.py``).
     hot = [*worker.router.routes, *trainer.router.routes, *session_ops.router.routes, *sessions.router.routes]
-    fast = plain(hot)
-    app.router.routes[0:0] = [*fast, *hot]
-    app.serve_hot(fast, settings.max_body_bytes, lambda send: reject_too_large(send, settings.max_body_bytes))
+    app.router.routes[0:0] = hot
+    app.serve_hot(hot, settings.max_body_bytes, lambda send: reject_too_large(send, settings.max_body_bytes))
     app.include_router(workers.router)
     app.include_router(ops.router)
     app.include_router(catalog.router)
     with contextlib.suppress(ImportError):
-        from distrs.proxy.routes import compat, slime
+        from distrs.proxy.routes import openrlhf, sandboxfusion, slime
 
-        app.include_router(compat.router)
+        app.include_router(sandboxfusion.router)
+        app.include_router(openrlhf.router)
         app.include_router(slime.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

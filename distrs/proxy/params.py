@@ -1,6 +1,6 @@
 """Path and query parameters of a plain handler, checked as FastAPI checks declared ones.
 
-A plain handler (``plain_routes.py``) declares no parameters, so FastAPI checks none: it reads
+A plain handler (``dispatch.py``) declares no parameters, so FastAPI checks none: it reads
 them here instead. Each value goes through the same pydantic constraint FastAPI would apply and
 a failure becomes the same error (location ``path``/``query`` and name, pydantic's message and
 type); every parameter is read before any error is raised, so a call with several bad values

@@ -291,6 +291,10 @@ def default_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
+        # The jail's uid has no passwd entry: getpass.getuser() (torch's profiler imports code
+        # that calls it) reads these before it would fail on pwd.getpwuid.
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",

@@ -1,18 +1,25 @@
 """The QueueStore protocol: everything the proxy and planner keep, behind one small interface.
 
-Two implementations pass one conformance suite (tests/integration/store/test_conformance.py):
+Two implementations pass one conformance suite (tests/integration/store/test_store_conformance.py):
 ``memory`` (one process, the embedded default) and ``redis`` (production; atomic Lua scripts).
+Both are composed the same way, of batch, lease, result and usage parts (``store/composed.py``).
 
 Semantics every implementation must keep:
 
 * ``submit`` is idempotent per (task, request_id): a resubmission is reported as a duplicate and
-  never enqueued twice. A request enters the queue of the first stage of its reward type.
+  never enqueued twice. A request carries its whole route (the stages it visits, in order,
+  decided once by the proxy) and enters the queue of the first.
 * Queues are per stage and ordered by ``core.priority.sort_key``: EBF (estimated completion T of
   the batch, then arrival order) or FCFS.
 * ``lease`` hands the head of a stage queue to one worker until ``deadline``. ``complete`` either
-  moves the request to the next stage (with artifacts) or records its final result, exactly once.
+  moves the request on to the next stage of its route (with artifacts) in the same atomic step,
+  or records its final result, exactly once; ``next`` at the last stage of a route is refused
+  (NoNextStage) and changes nothing.
   ``requeue_expired`` puts expired leases back at the head of their batch's order; after
   ``max_attempts`` the request ends ``internal_error``.
+* ``store_route`` stores a request's route only where it has none stored (a request of a release
+  that kept its first stage only; docs/store.md, "Upgrading from a release without stored
+  routes"), in one atomic step, and never replaces a route.
 * Fencing: a lease is usable only by its holder (the credential that took it) and only while it is
   live. An expired lease is refused (LeaseExpired) even before ``requeue_expired`` has run, and a
   requeued or finished one is unknown, so a late heartbeat or completion from an old holder can
@@ -40,20 +47,25 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from distrs.core.history import BatchProfile
-from distrs.core.model import BatchInfo, Lease, RequestRecord, Result
+from distrs.core.model import BatchInfo, Completion, Lease, RequestRecord, RequestState, Result
 from distrs.store.errors import StoreError
 
 
 class NewRequest(BaseModel):
-    """A request as submitted, already validated by the proxy."""
+    """A request as submitted, already validated and routed by the proxy."""
 
     tenant: str = "default"
     task: str
     batch_id: str
     request_id: str
     reward_type: str
-    first_stage: str
+    # the stages it visits, in order (``rewards.routing.route``); it is queued at the first
+    route: list[str] = Field(min_length=1)
     payload: dict[str, Any]
+
+    @property
+    def first_stage(self) -> str:
+        return self.route[0]
 
 
 class SubmitOutcome(BaseModel):
@@ -95,20 +107,17 @@ class Snapshot(BaseModel):
     busy_workers: dict[str, list[str]] = Field(default_factory=dict)
 
 
+_QUEUED = RequestState.QUEUED  # an enum member looked up once: this is on every completion
+
+
 class CompleteOutcome(BaseModel):
     request: RequestRecord
     batch_completed: bool = False
 
-
-class CompletionItem(BaseModel):
-    """One lease of a bundle completion: the arguments of ``QueueStore.complete`` for it."""
-
-    lease_id: str
-    run_s: float = 0.0
-    next_stage: str | None = None
-    artifacts: dict[str, str] | None = None
-    result: Result | None = None
-    outcome: str = "final"
+    @property
+    def next_stage(self) -> str | None:
+        """The stage the completion moved the request on to (None when it finished)."""
+        return self.request.stage if self.request.state is _QUEUED else None
 
 
 class TenantUsage(BaseModel):
@@ -168,18 +177,9 @@ class QueueStore(Protocol):
         """Extend a live lease; returns the new deadline. UnknownLease/LeaseNotYours/LeaseExpired."""
         ...
 
-    async def complete(
-        self,
-        lease_id: str,
-        holder: str,
-        now: float,
-        run_s: float,
-        next_stage: str | None,
-        artifacts: dict[str, str] | None,
-        result: Result | None,
-        outcome: str,
-    ) -> CompleteOutcome:
-        """Finish a lease: move on to ``next_stage`` (with artifacts) or record ``result``."""
+    async def complete(self, item: Completion, holder: str, now: float) -> CompleteOutcome:
+        """Finish a lease: move on to the next stage of the request's route (``next``, with
+        artifacts) or record the result (``final``). NoNextStage for ``next`` at its last stage."""
         ...
 
     async def lease_many(
@@ -196,7 +196,7 @@ class QueueStore(Protocol):
         ...
 
     async def complete_many(
-        self, items: Sequence[CompletionItem], holder: str, now: float
+        self, items: Sequence[Completion], holder: str, now: float
     ) -> list[CompleteOutcome | StoreError]:
         """Finish several leases in one transition; per lease its outcome or the error
         ``complete`` raises for it (the others land regardless)."""
@@ -213,6 +213,14 @@ class QueueStore(Protocol):
         ...
 
     async def get_request(self, task: str, request_id: str) -> RequestRecord | None: ...
+
+    async def store_route(self, task: str, request_id: str, route: Sequence[str]) -> bool:
+        """Keep ``route`` as the request's route if none is stored with it: True when stored;
+        False when the request keeps one already or is unknown (nothing changed). A route of one
+        stage is stored as none (the request's current stage is all of it), so it is never
+        stored here. For the requests of a release that stored their first stage only
+        (docs/store.md, "Upgrading from a release without stored routes")."""
+        ...
 
     async def batch_results(self, task: str, batch_id: str) -> list[Result]:
         """Finished results of a batch in submission order."""

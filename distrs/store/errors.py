@@ -57,3 +57,10 @@ class LeaseNotYours(StoreError):
 class Unavailable(StoreError):
     status = 503
     code = "store_unavailable"
+
+
+class NoNextStage(StoreError):
+    """``next`` at the last stage of a request's route: nothing was changed."""
+
+    status = 422
+    code = "no_next_stage"

@@ -5,7 +5,8 @@ deployment hashes to the same slot: the Lua scripts touch keys they discover at 
 request a queue entry points to, the batch a request belongs to), which Redis Cluster only allows
 within one slot. The Lua scripts never build key names themselves: Python builds each key here and
 passes it in, or stores it in a record the script follows (a queue member carries its request
-key, a request hash its batch keys, a lease hash its request and queue keys). One exception:
+key, a request hash its batch keys and the queue key of every stage on its route, a lease hash
+its request and queue keys). One exception:
 standalone, the scripts append a tenant (escaped as ``_part`` does) to the usage key prefixes
 Python passes (``usage_prefixes``), since a completion learns its request's tenant only there.
 
@@ -18,7 +19,9 @@ Layout (``T`` = task, ``B`` = batch id, ``R`` = request id, ``S`` = stage, ``L``
     {ns}:bresults:T:B         hash     zero-padded seq -> Result JSON (results in submission order)
     {ns}:bqueued:T:B          zset     "S\\n<request key>" -> stage enqueue time (planner input)
     {ns}:bprofile:T:B         hash     zero-padded seq -> request profile JSON {r, s, status}
-    {ns}:req:T:R              hash     RequestRecord fields (payload/artifacts/stages as JSON)
+    {ns}:req:T:R              hash     RequestRecord fields (payload/artifacts/stages as JSON;
+                                       ``route``: [[stage, queue key], ...] of a route of
+                                       more than one stage)
     {ns}:queue:S              zset     score = batch estimated completion T (EBF) or 0 (FCFS),
                                        member = zero-padded seq + request key
     {ns}:stages               set      stages that ever had work (queue depth in snapshots)
@@ -38,7 +41,7 @@ Layout (``T`` = task, ``B`` = batch id, ``R`` = request id, ``S`` = stage, ``L``
                                        (+inf until the batch completes); see store/redis/usage.py
     {ns}:utotals:N            hash     tenant N's totals of the two above: queued, bytes
 
-Cluster mode (``DISTRS_REDIS_MODE=cluster``, ``Keys(ns, cluster=True)``). One hash tag for the
+Cluster mode (``DISTRS_REDIS_MODE=cluster``, ``ClusterKeys(ns)``). One hash tag for the
 whole deployment would put every key on one shard, so keys are grouped by what the scripts touch
 together:
 
@@ -53,19 +56,20 @@ together:
   which names only the lease, finds its keys; every task of one slot shares these, so a
   completion or requeue script touches one slot whatever tasks it meets.
 * **per tenant** ``{ns:u:N}``: the tenant's usage counters (``uqueued``, ``ubytes``,
-  ``uexpiry``, ``utotals``), written by the store's Python code after the script that changed the state, so
-  they never have to share a slot with a task. (Standalone, they share ``{ns}`` and the scripts
-  move them with the transition; ``usage_prefixes``.)
+  ``uexpiry``, ``utotals``): the script of a transition hands back what it changed in them and
+  the store writes that right after, so they never have to share a slot with a task.
+  (Standalone, they share ``{ns}`` and the scripts move them with the transition;
+  ``usage_prefixes``.)
 * **global** ``{ns}``: ``seq`` (taken with INCRBY before a submit script and passed in, so queue
   members still carry one deployment-wide arrival order), ``events``, ``spans``, the task
   registry ``tasks`` (task -> last registration time: which slots the reaper and the snapshot
   visit) and the per-stage ready index ``ready:S`` (task -> generation from ``readygen``: the
-  tasks whose stage-S queue may hold work, redis/ready.py). No script of a transition touches a
+  tasks whose stage-S queue may hold work, redis/topology/ready.py). No script of a transition touches a
   global key in cluster mode: the scripts hand their events and finished spans back, and the
   store appends them (and marks the ready index) right after (a proxy that dies in between
   loses planner hints, never work; a lost mark is repaired by the expiry sweep).
 * **fence** ``{tag}:fence``, never written: the scripts read it with their first key to stop
-  before any write while their slot is being migrated (``redis/scripts.py``).
+  before any write while their slot is being migrated (``lua/cluster.lua``).
 
 A lease reads the heads of its stage's queues of the tasks marked ready (``ZRANGE q 0 0`` per
 task, pipelined per shard) and takes from the earliest by (T, arrival sequence): the same order
@@ -119,52 +123,33 @@ def _part(value: str) -> str:
 
 
 class Keys:
-    """Key builders for one namespace."""
+    """Key builders for one namespace, standalone layout: every key under ``{ns}`` (the module
+    docstring). The ``slot`` and ``task`` parameters name where a key lives in cluster mode
+    (``ClusterKeys``); here every key shares one slot and they change nothing."""
 
-    def __init__(self, namespace: str = DEFAULT_NAMESPACE, cluster: bool = False) -> None:
+    cluster = False
+
+    def __init__(self, namespace: str = DEFAULT_NAMESPACE) -> None:
         if not namespace or any(c in namespace for c in "{}\n"):
             raise ValueError(f"invalid Redis namespace {namespace!r}")
         self.ns = namespace
-        self.cluster = cluster
         self._p = "{" + namespace + "}"
 
-    # cluster grouping (every method below ignores ``slot``/``task`` in standalone mode)
+    # where keys live
     def task_tag(self, task: str) -> str:
-        """The prefix of a task's own keys: ``{ns:t:T}`` (cluster) or ``{ns}`` (standalone)."""
-        return "{" + f"{self.ns}:t:{_tag_part(task)}" + "}" if self.cluster else self._p
+        """The prefix of a task's own keys."""
+        return self._p
 
     def slot_of(self, task: str) -> int | None:
-        """The cluster slot of a task's keys (None in standalone mode)."""
-        return key_slot(self.task_tag(task).encode()) if self.cluster else None
+        """The cluster slot of a task's keys (None: one slot for everything)."""
+        return None
 
     def lease_slot(self, lease_id: str) -> int | None:
-        """The slot a lease id names in its first 4 hex digits (cluster mode; see module doc)."""
-        if not self.cluster:
-            return None
-        try:
-            return int(lease_id[:4], 16) % 16384
-        except ValueError:
-            return 0  # not one of ours: its keys do not exist, so it is an unknown lease
+        """The slot a lease id names (None: one slot for everything)."""
+        return None
 
     def _slot_p(self, slot: int | None) -> str:
-        return self._p if slot is None or not self.cluster else slot_tags(self.ns)[slot]
-
-    def tasks(self) -> str:
-        """Cluster registry: zset task -> last registration time."""
-        return f"{self._p}:tasks"
-
-    def ready(self, stage: str) -> str:
-        """Cluster ready index of a stage: zset task -> generation of its latest mark."""
-        return f"{self._p}:ready:{_part(stage)}"
-
-    def ready_gen(self) -> str:
-        """Cluster: the counter the ready marks take their generations from."""
-        return f"{self._p}:readygen"
-
-    def unused(self, slot: int | None) -> str:
-        """A key in ``slot`` that no script writes: fills the script KEYS positions of the global
-        keys (events, seq, spans) in cluster mode, where the scripts hand those writes back."""
-        return f"{self._slot_p(slot)}:unused"
+        return self._p
 
     # global
     def seq(self) -> str:
@@ -191,10 +176,18 @@ class Keys:
     def result_channel(self) -> str:
         return f"{self._p}:chan:result"
 
+    # the global keys as a script of ``slot`` names them: the keys themselves here
+    def script_seq(self, slot: int | None) -> str:
+        return self.seq()
+
+    def script_events(self, slot: int | None) -> str:
+        return self.events()
+
+    def script_spans(self, slot: int | None) -> str:
+        return self.spans()
+
     # per tenant (usage accounting, store/redis/usage.py)
     def _u(self, kind: str, tenant: str) -> str:
-        if self.cluster:
-            return "{" + f"{self.ns}:u:{_tag_part(tenant)}" + "}:" + kind
         return f"{self._p}:{kind}:{_part(tenant)}"
 
     def usage_queued(self, tenant: str) -> str:
@@ -211,17 +204,12 @@ class Keys:
 
     def usage_prefixes(self) -> tuple[str, str, str, str]:
         """The four usage keys (queued, bytes, expiry, totals) less their tenant part, for the
-        standalone scripts that move the counters with a transition: they append the tenant
-        escaped as ``_part`` does (``lua/lib.lua`` ``usage_tenant``). Empty in cluster mode, where
-        the counters live under the tenant's own tag and the store's Python code writes them."""
-        if self.cluster:
-            return ("", "", "", "")
+        scripts that move the counters with a transition: they append the tenant escaped as
+        ``_part`` does (``lua/lib.lua`` ``usage_tenant``)."""
         return (self.usage_queued(""), self.usage_bytes(""), self.usage_expiry(""), self.usage_totals(""))
 
     # per task
     def _t(self, kind: str, task: str, *rest: str) -> str:
-        if self.cluster:
-            return ":".join((self.task_tag(task), kind, *map(_part, rest)))
         return ":".join((self._p, kind, _part(task), *map(_part, rest)))
 
     def owner(self, task: str) -> str:
@@ -254,29 +242,93 @@ class Keys:
         return self._t("req", task, request_id)
 
     def queue(self, stage: str, task: str | None = None) -> str:
-        """The stage queue: one per stage (standalone), one per task and stage (cluster)."""
-        if self.cluster and task is not None:
-            return f"{self.task_tag(task)}:queue:{_part(stage)}"
+        """The stage queue: one per stage here, one per task and stage in a cluster."""
         return f"{self._p}:queue:{_part(stage)}"
 
     def lease(self, lease_id: str) -> str:
         return f"{self._slot_p(self.lease_slot(lease_id))}:lease:{_part(lease_id)}"
 
-    def fence(self, key: str) -> str:
-        """Cluster mode: a key that is never written, in the slot of ``key`` (its hash tag).
+    def all_patterns(self) -> list[str]:
+        """SCAN patterns covering every key of the namespace (ops tooling and tests)."""
+        return [f"{self._p}:*"]
 
-        Every script reads it together with its first key before anything else (the prelude in
-        ``redis/scripts.py``): Redis answers a multi-key read that misses a key in a slot being
+
+class ClusterKeys(Keys):
+    """The cluster layout (``DISTRS_REDIS_MODE=cluster``): keys grouped per task, per slot, per
+    tenant and global (the module docstring)."""
+
+    cluster = True
+
+    def task_tag(self, task: str) -> str:
+        return "{" + f"{self.ns}:t:{_tag_part(task)}" + "}"
+
+    def slot_of(self, task: str) -> int:
+        return key_slot(self.task_tag(task).encode())
+
+    def lease_slot(self, lease_id: str) -> int:
+        """The slot a lease id names in its first 4 hex digits (see the module docstring)."""
+        try:
+            return int(lease_id[:4], 16) % 16384
+        except ValueError:
+            return 0  # not one of ours: its keys do not exist, so it is an unknown lease
+
+    def _slot_p(self, slot: int | None) -> str:
+        return self._p if slot is None else slot_tags(self.ns)[slot]
+
+    def tasks(self) -> str:
+        """Registry: zset task -> last registration time."""
+        return f"{self._p}:tasks"
+
+    def ready(self, stage: str) -> str:
+        """Ready index of a stage: zset task -> generation of its latest mark."""
+        return f"{self._p}:ready:{_part(stage)}"
+
+    def ready_gen(self) -> str:
+        """The counter the ready marks take their generations from."""
+        return f"{self._p}:readygen"
+
+    def unused(self, slot: int | None) -> str:
+        """A key in ``slot`` that no script writes: fills the script positions of the global keys
+        (events, seq, spans), whose writes the scripts hand back."""
+        return f"{self._slot_p(slot)}:unused"
+
+    def script_seq(self, slot: int | None) -> str:
+        return self.unused(slot)
+
+    def script_events(self, slot: int | None) -> str:
+        return self.unused(slot)
+
+    def script_spans(self, slot: int | None) -> str:
+        return self.unused(slot)
+
+    def _u(self, kind: str, tenant: str) -> str:
+        return "{" + f"{self.ns}:u:{_tag_part(tenant)}" + "}:" + kind
+
+    def usage_prefixes(self) -> tuple[str, str, str, str]:
+        """Empty: the counters live under the tenant's own tag, so the scripts hand their counts
+        back and the store writes them."""
+        return ("", "", "", "")
+
+    def _t(self, kind: str, task: str, *rest: str) -> str:
+        return ":".join((self.task_tag(task), kind, *map(_part, rest)))
+
+    def queue(self, stage: str, task: str | None = None) -> str:
+        if task is not None:
+            return f"{self.task_tag(task)}:queue:{_part(stage)}"
+        return super().queue(stage)
+
+    def fence(self, key: str) -> str:
+        """A key that is never written, in the slot of ``key`` (its hash tag).
+
+        Every script reads it together with its first key before anything else
+        (``lua/cluster.lua``): Redis answers a multi-key read that misses a key in a slot being
         migrated with an error, so a script in a moving slot stops before its first write."""
         if not key.startswith("{") or "}" not in key:
             raise ValueError(f"key {key!r} has no hash tag")
         return key[: key.index("}") + 1] + ":fence"
 
     def all_patterns(self) -> list[str]:
-        """SCAN patterns covering every key of the namespace (ops tooling and tests)."""
-        if self.cluster:
-            return [f"{self._p}:*", "{" + f"{self.ns}:t:*", "{" + f"{self.ns}:s:*", "{" + f"{self.ns}:u:*"]
-        return [f"{self._p}:*"]
+        return [f"{self._p}:*", "{" + f"{self.ns}:t:*", "{" + f"{self.ns}:s:*", "{" + f"{self.ns}:u:*"]
 
 
 def seq_field(seq: int) -> str:

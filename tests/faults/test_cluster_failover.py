@@ -24,7 +24,7 @@ import pytest
 from redis.crc import key_slot
 
 from distrs.config import ProxySettings
-from distrs.core.model import Result, Status
+from distrs.core.model import Completion, Result, Status
 from distrs.proxy.app import create_app
 from distrs.store.errors import StoreError, Unavailable
 from distrs.store.redis import RedisStore
@@ -113,7 +113,9 @@ async def test_a_primary_killed_under_load_loses_doubles_and_changes_nothing(
                     await asyncio.sleep(0.02)
                     continue
                 res = Result(request_id=lease.request_id, status=Status.OK, score=score_of(lease.request_id))
-                await store.complete(lease.lease_id, f"w{n}", time.time(), 0.01, None, None, res, "final")
+                await store.complete(
+                    Completion(lease_id=lease.lease_id, run_s=0.01, result=res), f"w{n}", time.time()
+                )
                 completions[(lease.task, lease.request_id)] += 1
             except Unavailable as exc:
                 store_errors[type(exc).__name__] += 1

@@ -43,8 +43,8 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from distrs.store.keys import Keys
-from distrs.store.redis.base import SHORT_OF_REPLICAS_S
+from distrs.store.keys import ClusterKeys
+from distrs.store.redis.topology.cluster import SHORT_OF_REPLICAS_S
 from tests.fixtures.redis_cluster import RedisCluster, command
 from tests.fixtures.service import TRAINER_A, WORKER, Service, running_service
 
@@ -61,7 +61,7 @@ def score_of(rid: str) -> float:
 
 
 def task_slot(task: str) -> int:
-    return key_slot(Keys(cluster=True).task_tag(f"{TENANT}/{task}").encode())
+    return key_slot(ClusterKeys().task_tag(f"{TENANT}/{task}").encode())
 
 
 def tasks_per_primary(cluster: RedisCluster) -> dict[int, str]:
@@ -217,7 +217,7 @@ def raw_state(svc: Service, task: str, rid: str) -> dict[str, Any]:
     """The store's keys of one request (failure messages)."""
     from redis.cluster import RedisCluster as SyncCluster
 
-    k = Keys(cluster=True)
+    k = ClusterKeys()
     with SyncCluster.from_url(svc.env["DISTRS_REDIS_URL"], decode_responses=True) as r:
         req = r.hgetall(k.request(f"{TENANT}/{task}", rid))
         lkey = req.get("lease", "")

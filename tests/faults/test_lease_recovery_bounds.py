@@ -50,7 +50,7 @@ async def one_leased_request(store: QueueStore) -> str:
         batch_id="b",
         request_id="r",
         reward_type="synthetic",
-        first_stage="compile",
+        route=["compile"],
         payload=payload,
     )
     await store.submit([new], 0.0)

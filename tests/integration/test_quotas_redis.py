@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from distrs.config import StoreSettings
-from distrs.core.model import BatchInfo, Result, Status
+from distrs.core.model import BatchInfo, Completion, Result, Status
 from distrs.store.base import NewRequest
 from distrs.store.redis import RedisStore
 from tests.unit.proxy.test_quotas import (
@@ -53,24 +53,21 @@ async def test_a_failed_counter_update_never_fails_the_call_that_landed(store: R
     completion still report success (a raised error would make the caller retry what is done),
     and the exact count still tells the truth."""
     k = store.keys
-    await store._r.set(k.usage_totals("alice"), "not a hash")  # every HINCRBY on it now fails
+    await store.topology.client.set(k.usage_totals("alice"), "not a hash")  # every HINCRBY on it now fails
     await store.register_batch(BatchInfo(tenant="alice", task="alice/t", batch_id="b", size=1), 100.0)
     out = await store.submit([NewRequest(tenant="alice", task="alice/t", batch_id="b", request_id="r1",
-                                         reward_type="synthetic", first_stage="s", payload={})], 101.0)  # fmt: skip
+                                         reward_type="synthetic", route=["s"], payload={})], 101.0)  # fmt: skip
     assert out.accepted == ["r1"]
     lease = await store.lease("s", "w", 102.0, 30.0)
     assert lease is not None
     done = await store.complete(
-        lease.lease_id,
+        Completion(
+            lease_id=lease.lease_id, run_s=1.0, result=Result(request_id="r1", status=Status.OK, score=1.0)
+        ),
         "w",
         103.0,
-        1.0,
-        None,
-        None,
-        Result(request_id="r1", status=Status.OK, score=1.0),
-        "final",
     )
     assert done.batch_completed and done.request.result is not None
-    await store._r.delete(k.usage_totals("alice"))
+    await store.topology.client.delete(k.usage_totals("alice"))
     exact = await store.tenant_usage("alice", 104.0, exact=True)
     assert exact.queued == 0 and exact.result_bytes == len(done.request.result.model_dump_json())

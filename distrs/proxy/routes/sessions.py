@@ -47,7 +47,7 @@ SID_PATTERN = r"^s[0-9a-f]{24}$"
 SID = Path(pattern=SID_PATTERN, description="Session id (as POST /v1/sessions answered).")
 _SID = re.compile(SID_PATTERN)
 # The session id path parameter as the OpenAPI schema documents it, for the routes that read it
-# themselves (``_session_id``) to be served on the plain fast path (``proxy/plain_routes.py``).
+# themselves (``_session_id``) to be served on the hot path (``proxy/dispatch.py``).
 _SID_PARAM = {
     "name": "session_id",
     "in": "path",

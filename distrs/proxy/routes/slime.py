@@ -34,7 +34,7 @@ from distrs.proxy.auth import Principal
 from distrs.proxy.deps import AppState, get_state
 from distrs.proxy.errors import ApiError
 from distrs.proxy.responses import JSONResponse
-from distrs.proxy.routes.compat import _default_task, compat_principal, reward_payload, run_batch
+from distrs.proxy.routes.compat import compat_principal, default_task, reward_payload, run_batch
 from distrs.proxy.schemas import ID_PATTERN
 
 router = APIRouter(tags=["compat"])
@@ -92,7 +92,7 @@ async def slime_reward(
     (result,) = await run_batch(
         st,
         who,
-        task or _default_task("slime", who),
+        task or default_task("slime", who),
         batch_id,
         [(rt, reward_payload(rt, body.response, body.label))],
         wait_s,

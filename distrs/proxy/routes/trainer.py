@@ -116,7 +116,7 @@ async def submit(request: Request) -> JSONResponse:
                 batch_id=it.batch_id,
                 request_id=it.request_id,
                 reward_type=it.reward_type,
-                first_stage=stages[0],
+                route=stages,
                 payload=it.payload,
             )
         )
@@ -231,7 +231,7 @@ _RESULTS_PARAMS: list[dict[str, Any]] = [
 async def batch_results(request: Request) -> JSONResponse:
     """Results so far; with ``wait_s`` waits until the batch completes or the time is up.
 
-    A plain handler (``plain_routes.py``): its parameters are checked here as FastAPI would
+    A plain handler (``dispatch.py``): its parameters are checked here as FastAPI would
     check the declared ones (``params.py``: the same 422s, naming ``path.task`` or
     ``query.wait_s``), after the caller's token, as FastAPI would."""
     st, who = authorize(request, Role.TRAINER)

@@ -28,6 +28,10 @@ answer per lease, so one refused lease (expired, another token's, a bad item) ne
 others from landing; a bundle's metrics are recorded once per bundle (``_record_many``). The
 single-lease routes are unchanged.
 
+A ``next`` the store refuses ``no_next_stage`` goes through ``route_backfill.py`` before it is
+answered: a request submitted by a release that stored no route gets its route and the
+completion goes again, once.
+
 A lease whose body cannot be rendered (a payload the JSON encoder refuses) is never handed out
 and never left held: its request ends ``invalid`` with the reason, and the long-poll goes on.
 """
@@ -45,8 +49,9 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
-from distrs.core.model import Lease, Result, Status
+from distrs.core.model import Completion, Lease, Result, Status
 from distrs.proxy import body as json_body
+from distrs.proxy import route_backfill
 from distrs.proxy.auth import Principal, Role
 from distrs.proxy.deps import AppState, authorize, bound_worker
 from distrs.proxy.errors import ApiError, from_errors
@@ -54,6 +59,7 @@ from distrs.proxy.responses import JSONResponse
 from distrs.proxy.schemas import (
     ID_PATTERN,
     ID_RULE,
+    BundleCompleteItem,
     BundleCompleteRequest,
     BundleHeartbeatRequest,
     CompleteRequest,
@@ -61,11 +67,9 @@ from distrs.proxy.schemas import (
     LeaseBundleRequest,
     LeaseRequest,
     ReleaseRequest,
-    ResultIn,
 )
-from distrs.rewards.routing import next_stage
-from distrs.store.base import CompleteOutcome, CompletionItem
-from distrs.store.errors import StoreError
+from distrs.store.base import CompleteOutcome
+from distrs.store.errors import NoNextStage, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -222,19 +226,14 @@ async def complete(request: Request) -> JSONResponse:
     st, who = authorize(request, Role.WORKER)
     body = await _parse(request, CompleteRequest)
     bound_worker(who, body.worker_id)
-    nxt, result = await _completion(st, lease_id, body.outcome, body.result, body.artifacts)
-    out = await st.store.complete(
-        lease_id,
-        holder_of(request, st, who),
-        st.clock(),
-        body.run_s,
-        nxt,
-        body.artifacts,
-        result,
-        body.outcome,
-    )
+    item = _completion(st, lease_id, body)
+    holder = holder_of(request, st, who)
+    try:
+        out = await st.store.complete(item, holder, st.clock())
+    except NoNextStage as refused:  # perhaps a request of a release that stored no route
+        out = await route_backfill.complete_again(st.store, st.table, item, holder, st.clock, refused)
     await _record(st, out.request, out.batch_completed)
-    return JSONResponse(_completed_view(lease_id, out, nxt))
+    return JSONResponse(_completed_view(lease_id, out))
 
 
 # bundles ------------------------------------------------------------------------------------
@@ -292,34 +291,24 @@ async def complete_bundle(request: Request) -> JSONResponse:
     body = await _parse(request, BundleCompleteRequest)
     bound_worker(who, body.worker_id)
     views: list[dict[str, Any] | None] = [None] * len(body.items)
-    todo: list[tuple[int, CompletionItem]] = []
+    todo: list[tuple[int, Completion]] = []
     for i, it in enumerate(body.items):
         try:
-            nxt, result = await _completion(st, it.lease_id, it.outcome, it.result, it.artifacts)
+            todo.append((i, _completion(st, it.lease_id, it)))
         except ApiError as exc:
             views[i] = {"lease_id": it.lease_id, "error": {"code": exc.code, "message": exc.message}}
-            continue
-        todo.append(
-            (
-                i,
-                CompletionItem(
-                    lease_id=it.lease_id,
-                    run_s=it.run_s,
-                    next_stage=nxt,
-                    artifacts=it.artifacts,
-                    result=result,
-                    outcome=it.outcome,
-                ),
-            )
-        )
-    outs = await st.store.complete_many([c for _, c in todo], holder_of(request, st, who), st.clock())
+    holder = holder_of(request, st, who)
+    items = [c for _, c in todo]
+    outs = await st.store.complete_many(items, holder, st.clock())
+    if any(isinstance(out, NoNextStage) for out in outs):  # perhaps requests of an earlier release
+        outs = await route_backfill.complete_many_again(st.store, st.table, items, outs, holder, st.clock)
     landed: list[CompleteOutcome] = []
     for (i, c), out in zip(todo, outs, strict=True):
         if isinstance(out, StoreError):
             views[i] = {"lease_id": c.lease_id, "error": {"code": out.code, "message": out.message}}
         else:
             landed.append(out)
-            views[i] = _completed_view(c.lease_id, out, c.next_stage)
+            views[i] = _completed_view(c.lease_id, out)
     await _record_many(st, landed)
     return JSONResponse({"items": views})
 
@@ -337,11 +326,10 @@ def _known_stage(st: AppState, stage: str) -> None:
         )
 
 
-async def _completion(
-    st: AppState, lease_id: str, outcome: str, result_in: ResultIn | None, artifacts: dict[str, str] | None
-) -> tuple[str | None, Result | None]:
-    """Check one completion and resolve it: the next stage (``next``) or the result (``final``)."""
-    art_size = sum(len(k) + len(v) for k, v in (artifacts or {}).items())
+def _completion(st: AppState, lease_id: str, body: CompleteRequest | BundleCompleteItem) -> Completion:
+    """One completion as the store takes it, checked: artifacts within their size cap, a result
+    with ``final``. Where ``next`` leads is the store's to say (the request's route)."""
+    art_size = sum(len(k) + len(v) for k, v in (body.artifacts or {}).items())
     if art_size > st.settings.max_artifact_bytes:
         raise ApiError(
             413,
@@ -349,29 +337,20 @@ async def _completion(
             f"artifacts: {art_size} bytes; the limit is {st.settings.max_artifact_bytes}",
             field="artifacts",
         )
-    if outcome == "next":
-        lease_stage, reward_type, payload = await _lease_facts(st, lease_id)
-        nxt = next_stage(st.table, reward_type, payload, lease_stage)
-        if nxt is None:
-            raise ApiError(
-                422,
-                "no_next_stage",
-                f"outcome: 'next' at {lease_stage!r}, the last stage of this request",
-                field="outcome",
-            )
-        return nxt, None
-    if result_in is None:
+    if body.outcome == "next":
+        return Completion(lease_id, "next", body.run_s, body.artifacts)
+    if body.result is None:
         raise ApiError(422, "invalid_request", "result: required when outcome is 'final'", field="result")
-    return None, Result(
-        request_id="", status=result_in.status, score=result_in.score, detail=result_in.detail
-    )
+    r = body.result
+    result = Result(request_id="", status=r.status, score=r.score, detail=r.detail)
+    return Completion(lease_id, "final", body.run_s, body.artifacts, result)
 
 
-def _completed_view(lease_id: str, out: CompleteOutcome, nxt: str | None) -> dict[str, Any]:
+def _completed_view(lease_id: str, out: CompleteOutcome) -> dict[str, Any]:
     return {
         "lease_id": lease_id,
         "request_id": out.request.request_id,
-        "next_stage": nxt,
+        "next_stage": out.next_stage,
         "batch_completed": out.batch_completed,
     }
 
@@ -390,7 +369,7 @@ async def _end_unrenderable(st: AppState, lease: Lease, holder: str, exc: Except
         detail={"error": f"payload: cannot be encoded as JSON for a worker ({exc})"},
     )
     try:
-        out = await st.store.complete(lease.lease_id, holder, st.clock(), 0.0, None, None, result, "final")
+        out = await st.store.complete(Completion(lease_id=lease.lease_id, result=result), holder, st.clock())
     except StoreError as err:
         log.warning("could not end unrenderable request %s: %s", lease.request_id, err.message)
         return
@@ -449,12 +428,3 @@ async def _record_batch(st: AppState, rec: Any) -> None:
             m.batch_actual_span.labels(b.task).set(b.completed_at - b.anchor)
         if b.estimated_completion is not None:
             m.batch_estimated_span.labels(b.task).set(b.estimated_completion - b.anchor)
-
-
-async def _lease_facts(st: AppState, lease_id: str) -> tuple[str, str, dict[str, Any]]:
-    lease = await st.store.get_lease(lease_id)
-    if lease is None:
-        raise ApiError(
-            404, "unknown_lease", f"lease {lease_id!r} is unknown or already finished", field="lease_id"
-        )
-    return lease.stage, lease.reward_type, lease.payload

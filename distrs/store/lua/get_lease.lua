@@ -1,8 +1,8 @@
 -- Read a live lease with its request's type, payload and artifacts in one round trip.
--- KEYS: 1 lease key
+-- Keys: scripts.py GET_LEASE.
 -- Returns nil when the lease does not exist, else {request_id, task, batch_id, stage, worker,
 -- deadline, attempt, started_at, reward_type, payload, artifacts, holder}.
-local l = redis.call('HMGET', KEYS[1], 'request_id', 'task', 'batch_id', 'stage', 'worker',
+local l = redis.call('HMGET', K.lease, 'request_id', 'task', 'batch_id', 'stage', 'worker',
   'deadline', 'attempt', 'started_at', 'k_req', 'state', 'holder')
 if not l[1] or l[10] ~= 'live' then
   return false

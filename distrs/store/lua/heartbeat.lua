@@ -1,9 +1,13 @@
--- Extend a live lease.
--- KEYS: 1 lease key, 2 leases
--- ARGV: 1 now, 2 ttl_s, 3 holder, 4 lease_id
--- Returns the new deadline.
-local deadline, code, details = extend(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
-if not deadline then
-  return fail(code, details)
+-- Extend live leases; each lease answers for itself.
+-- Keys and arguments: scripts.py HEARTBEAT (L.leases: one row per lease).
+-- Returns per lease {'ok', deadline} or {'err', code, details JSON}.
+local out = {}
+for i, it in ipairs(L.leases) do
+  local deadline, code, details = extend(it.lease, K.leases, A.now, A.ttl, A.holder, it.lease_id)
+  if deadline then
+    out[i] = {'ok', deadline}
+  else
+    out[i] = {'err', code, cjson.encode(details)}
+  end
 end
-return deadline
+return out

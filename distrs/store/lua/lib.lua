@@ -1,5 +1,8 @@
--- Shared helpers, prepended to every script at load time (see distrs/store/redis/scripts.py).
--- Keys are never built here: they come in KEYS or are read from records (distrs/store/keys.py).
+-- Shared helpers, prepended to every script at load time (see distrs/store/redis/scripts.py),
+-- after the mode's functions (standalone.lua or cluster.lua: emit, span_sample, arrival_base,
+-- may_take, usage_counted, usage_hand_back). Nothing here depends on the mode. Keys are never
+-- built here: they come in K (the script's named keys), in the rows of L, or are read from
+-- records (distrs/store/keys.py).
 
 local function fmt(x)
   -- full double precision; string.format keeps integers and fractions exact enough for JSON
@@ -44,12 +47,15 @@ local function append_json(arr, item)
   return string.sub(arr, 1, -2) .. ',' .. item .. ']'
 end
 
--- Usage counters (standalone mode; distrs/store/redis/usage.py). A script that changes what a
--- tenant uses moves its counters in the same step, so they never drift from the batch records.
+-- Usage counters (distrs/store/redis/usage.py). A script that changes what a tenant uses counts
+-- it in the same step: standalone, it moves the counters itself, so they never drift from the
+-- batch records; in cluster mode the counters live in another slot, so it hands the counts back
+-- (usage_hand_back: rows {'s', tenant, batch key, n} for accepted requests and {'f', tenant,
+-- batch key, n, size, expires_at or ''} for final results) and the store writes them.
 -- u: the key prefixes of the four counters as keys.py builds them (uqueued, ubytes, uexpiry,
--- utotals), or nil in cluster mode, where the counters live in another slot and the store's
--- Python code updates them. A counter write that fails (a key of the wrong type) is skipped, never
--- raised: the transition has already written and must land whole; an exact count repairs it.
+-- utotals), or nil in cluster mode. A counter write that fails (a key of the wrong type) is
+-- skipped, never raised: the transition has already written and must land whole; an exact count
+-- repairs it.
 local function usage_prefixes(queued, bytes, expiry, totals)
   if queued == nil or queued == '' then
     return nil
@@ -63,10 +69,15 @@ local function usage_tenant(tenant)
 end
 
 -- n requests of batch bkey accepted.
-local function usage_submitted(u, tenant, bkey, n)
-  local t = usage_tenant(tenant)
-  redis.pcall('HINCRBY', u[1] .. t, bkey, n)
-  redis.pcall('HINCRBY', u[4] .. t, 'queued', n)
+local function usage_submitted(ctx, tenant, bkey, n)
+  local u = ctx.usage
+  if u then
+    local t = usage_tenant(tenant)
+    redis.pcall('HINCRBY', u[1] .. t, bkey, n)
+    redis.pcall('HINCRBY', u[4] .. t, 'queued', n)
+  elseif usage_counted(ctx) then
+    usage_hand_back({'s', tenant, bkey, n})
+  end
 end
 
 -- A final result of size characters; expires_at: when the batch's results expire, if the batch
@@ -100,13 +111,23 @@ local function usage_finished(ctx, tenant, bkey, size, expires_at)
   t.size = t.size + size
 end
 
--- Write what usage_finished summed (every script that calls finish ends with this).
+-- Write what usage_finished summed, or hand it back where the script has no counter keys (cluster
+-- mode); every script that calls finish ends with this.
 local function usage_flush(ctx)
   local acc, u = ctx.usage_acc, ctx.usage
   if not acc then
     return
   end
   ctx.usage_acc = nil
+  if not u then
+    for _, bkey in ipairs(acc.border) do
+      local b = acc.batches[bkey]
+      local expires_at = ''
+      if b.expires_at then expires_at = fmt(b.expires_at) end
+      usage_hand_back({'f', b.tenant, bkey, b.n, b.size, expires_at})
+    end
+    return
+  end
   for _, bkey in ipairs(acc.border) do
     local b = acc.batches[bkey]
     local t = usage_tenant(b.tenant)
@@ -124,6 +145,16 @@ local function usage_flush(ctx)
     redis.pcall('HINCRBY', u[4] .. t, 'queued', -sum.n)
     redis.pcall('HINCRBY', u[4] .. t, 'bytes', sum.size)
   end
+end
+
+-- The context of a transition that may finish requests (complete.lua, requeue_expired.lua), from
+-- the keys and arguments they share (distrs/store/redis/scripts.py TransitionKeys and
+-- TransitionArgs, in their order).
+local function transition(leases, events, active, stages, policy, ttl, history_k, maxlen,
+                          chan_work, chan_result, u_queued, u_bytes, u_expiry, u_totals)
+  return {leases = leases, active = active, events = events, stages = stages,
+    chan_work = chan_work, chan_result = chan_result, ttl = ttl, k = history_k, maxlen = maxlen,
+    policy = policy, usage = usage_prefixes(u_queued, u_bytes, u_expiry, u_totals)}
 end
 
 -- A result's size, as the quotas count it: the length in characters (code points) of the
@@ -222,17 +253,6 @@ local function stage_chars(rec)
     + json_float_chars(rec.queued_s) + json_float_chars(rec.run_s) + json_str_chars(rec.outcome)
 end
 
--- In cluster mode (CLUSTER set by the prelude, distrs/store/redis/scripts.py) the events stream
--- lives in another slot: the event is handed back to the caller, which appends it.
-local function emit(events_key, maxlen, typ, ts, task, batch_id, data)
-  if CLUSTER then
-    CLUSTER.events[#CLUSTER.events + 1] = {typ, tostring(ts), task, batch_id, data}
-    return
-  end
-  return redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*',
-    'type', typ, 'ts', ts, 'task', task, 'batch_id', batch_id, 'data', data)
-end
-
 -- Queue score: the batch's estimated completion T under EBF (DistRS Sec. 5.2), 0 under FCFS so
 -- that the member's zero-padded arrival sequence alone orders the queue.
 local function queue_score(policy, bkey)
@@ -291,12 +311,7 @@ local function complete_batch(bkey, now, ctx)
     -- every task's recent spans: the prior of a new task of the same type (core/history.py)
     local sample = '{"rt":' .. rt_json .. ',"at":' .. fmt(tonumber(now)) .. ',"span":' .. fmt(tmax)
       .. '}'
-    if CLUSTER then  -- another slot: handed back like the events
-      CLUSTER.spans[#CLUSTER.spans + 1] = sample
-    else
-      redis.call('LPUSH', b[13], sample)
-      redis.call('LTRIM', b[13], 0, 255)  -- SPAN_SAMPLES in core/history.py
-    end
+    span_sample(b[13], sample)
   end
   redis.call('HSET', bkey, 'completed_at', now, 'earliest_completion', fmt(earliest),
     'extra_delay_s', fmt(extra))
@@ -321,9 +336,8 @@ end
 -- result_body: the Result JSON without "request_id" and "stages"; both are spliced in here.
 -- last_stage: a stage record JSON to append to the request's stages first (or nil), written
 -- with the result in one HSET. body_chars: result_body's length as pydantic writes it, when the
--- script wrote it (else result_body came from pydantic and is measured as it is). ctx.usage:
--- the usage counters to move (standalone; usage_prefixes), summed in ctx until the script
--- calls usage_flush.
+-- script wrote it (else result_body came from pydantic and is measured as it is). The usage it
+-- changes is summed in ctx until the script calls usage_flush.
 local function finish(reqkey, result_body, status, now, ctx, last_stage, body_chars)
   local r = redis.call('HMGET', reqkey, 'k_batch', 'seq', 'stages', 'arrived_at', 'request_id',
     'tenant')
@@ -333,8 +347,9 @@ local function finish(reqkey, result_body, status, now, ctx, last_stage, body_ch
   end
   local result = '{"request_id":' .. cjson.encode(r[5]) .. ',' .. string.sub(result_body, 2, -2)
     .. ',"stages":' .. stages .. '}'
-  redis.call('HSET', reqkey, 'state', 'done', 'result', result, 'artifacts', '{}', 'stages', stages)
-  redis.call('HDEL', reqkey, 'lease')
+  -- 'lease' '': held by no lease (written in the same command rather than deleted by another)
+  redis.call('HSET', reqkey, 'state', 'done', 'result', result, 'artifacts', '{}', 'stages', stages,
+    'lease', '')
   local b = redis.call('HMGET', bkey, 'k_results', 'k_profile', 'rollout_started_at',
     'registered_at', 'size', 'tmax', 'completed_at')
   redis.call('HSET', b[1], string.format('%020d', tonumber(seq)), result)
@@ -345,7 +360,7 @@ local function finish(reqkey, result_body, status, now, ctx, last_stage, body_ch
   local s = {}
   local names = {}
   local total = 0
-  local u = r[6] and ctx.usage
+  local u = r[6] and usage_counted(ctx)
   -- {"request_id":X,BODY,"stages":[S,...]}: 14 + X + 1 + (BODY less its braces) + 10 + 2 + S...
   -- + commas + 1
   local size = 0
@@ -398,20 +413,6 @@ local function stage_record(stage, worker, queued_s, run_s, outcome)
     .. ',"outcome":' .. cjson.encode(outcome) .. '}'
 end
 
--- Cluster mode: whether the head of qkey comes before CLUSTER.bound ("score LF seq"), the head
--- of the next task queue in line (the lease reads every task queue's head and takes from the
--- earliest; distrs/store/redis/cluster.py). Same order as one queue: (score, arrival seq).
-local function before_bound(qkey)
-  local h = redis.call('ZRANGE', qkey, 0, 0, 'WITHSCORES')
-  if #h == 0 then
-    return true  -- empty: take_head finds nothing anyway
-  end
-  local nl = string.find(CLUSTER.bound, '\n', 1, true)
-  local bscore, bseq = tonumber(string.sub(CLUSTER.bound, 1, nl - 1)), string.sub(CLUSTER.bound, nl + 1)
-  local score = tonumber(h[2])
-  return score < bscore or (score == bscore and string.sub(h[1], 1, 20) <= bseq)
-end
-
 -- Take the head of a stage queue for a worker until now + ttl (lease.lua, lease_bundle.lua).
 -- Returns false when the queue is empty, else {request_id, task, batch_id, reward_type, payload,
 -- artifacts, attempt, deadline}.
@@ -431,7 +432,7 @@ local function take_head(qkey, leases_key, lkey, now, ttl, worker, lease_id, sta
     return {held[1], held[2], held[3], r[1], r[2], r[3], tonumber(held[4]), held[5]}
   end
   while true do
-    if CLUSTER and CLUSTER.bound ~= '' and not before_bound(qkey) then
+    if not may_take(qkey) then
       return false
     end
     local head = redis.call('ZPOPMIN', qkey, 1)
@@ -472,34 +473,54 @@ local function extend(lkey, leases_key, now, ttl, holder, lease_id)
   return deadline
 end
 
--- Finish a live lease (complete.lua, complete_bundle.lua): move the request on to next_stage
--- (qkey, with artifacts; '' keeps them) or record its result. Returns batch_completed (0|1) and
--- the request key, or nil, code, details. ctx: active, events, stages, chan_work, chan_result,
--- ttl, k, maxlen, policy.
-local function complete_one(lkey, leases_key, qkey, holder, lease_id, now, run_s, outcome,
-                            next_stage, artifacts, result_body, status, ctx)
-  local l, code, details = check_lease(lkey, now, holder, lease_id, 'k_req', 'stage', 'queued_s',
-    'worker')
+-- The stage after stage on a request's route and its queue key: route is the request's 'route'
+-- field, JSON [[stage, queue key], ...] (absent for a route of one stage); nil at its end.
+local function next_on_route(route, stage)
+  if not route then
+    return nil
+  end
+  local hops = cjson.decode(route)
+  for i = 1, #hops - 1 do
+    if hops[i][1] == stage then
+      return hops[i + 1][1], hops[i + 1][2]
+    end
+  end
+  return nil
+end
+
+-- Finish a live lease (complete.lua): 'next' moves the request on to the next stage of its route
+-- (with it.artifacts; '' keeps them), 'final' records its result. Returns batch_completed (0|1)
+-- and the request key, or nil, code, details, having written nothing (a 'next' at the last stage
+-- of the route is refused). ctx: lib.lua transition.
+local function complete_one(it, holder, now, ctx)
+  local l, code, details = check_lease(it.lease, now, holder, it.lease_id, 'k_req', 'stage',
+    'queued_s', 'worker')
   if not l then
     return nil, code, details
   end
-  local reqkey = l[4]
-  redis.call('DEL', lkey)
-  redis.call('ZREM', leases_key, lkey)
-  local record = stage_record(l[5], l[7], tonumber(l[6]), tonumber(run_s), outcome)
-  if next_stage == '' then
-    return finish(reqkey, result_body, status, now, ctx, record), reqkey
+  local reqkey, stage = l[4], l[5]
+  local r, next_stage, qkey
+  if it.outcome == 'next' then
+    r = redis.call('HMGET', reqkey, 'seq', 'k_batch', 'stages', 'route')
+    next_stage, qkey = next_on_route(r[4], stage)
+    if not next_stage then
+      return nil, 'no_next_stage', {lease_id = it.lease_id, stage = stage}
+    end
   end
-  local r = redis.call('HMGET', reqkey, 'seq', 'k_batch', 'stages')
+  redis.call('DEL', it.lease)
+  redis.call('ZREM', ctx.leases, it.lease)
+  local record = stage_record(stage, l[7], tonumber(l[6]), tonumber(it.run_s), it.outcome)
+  if not next_stage then
+    return finish(reqkey, it.result, it.status, now, ctx, record), reqkey
+  end
   -- max_attempts counts per stage
   local fields = {'stages', append_json(r[3], record), 'state', 'queued', 'stage', next_stage,
-    'stage_enqueued_at', now, 'attempts', 0}
-  if artifacts ~= '' then
+    'stage_enqueued_at', now, 'attempts', 0, 'lease', ''}
+  if it.artifacts ~= '' then
     fields[#fields + 1] = 'artifacts'
-    fields[#fields + 1] = artifacts
+    fields[#fields + 1] = it.artifacts
   end
   redis.call('HSET', reqkey, unpack(fields))
-  redis.call('HDEL', reqkey, 'lease')
   enqueue(qkey, ctx.stages, next_stage, reqkey, r[1], queue_score(ctx.policy, r[2]), now)
   redis.call('PUBLISH', ctx.chan_work, next_stage .. '\n1')
   return 0, reqkey

@@ -2,14 +2,14 @@
 told they succeeded, so the replica the Sentinels promote after a failover has every one of them.
 
 WAIT counts the replicas that have received everything written so far *on the connection that
-sends it*. The script batcher (scripts.py) therefore sends ``WAIT replicas timeout`` last in the
+sends it*. The script coalescer (coalesce.py) therefore sends ``WAIT replicas timeout`` last in the
 very pipeline that carries the scripts of one event-loop tick: one WAIT covers every script before
 it, and a tick without an acknowledged transition (only leases, heartbeats) sends none.
 
 A primary without its replica (the replica failed, or it is the promoted replica whose old
 primary is gone) would make every acknowledged write wait the whole timeout. After one WAIT that
 came back short, writes skip it for ``SHORT_OF_REPLICAS_S`` (as durable as that primary's AOF
-meanwhile, with a warning), then try again: the same rule as cluster mode (base.py).
+meanwhile, with a warning), then try again: the same rule as cluster mode (topology/cluster.py).
 """
 
 from __future__ import annotations

@@ -10,30 +10,31 @@ import orjson
 from distrs.core.history import FINISHED_SAMPLE, BatchProfile, RequestProfile
 from distrs.core.model import Result
 from distrs.store.base import BatchLive, Event, Snapshot
-from distrs.store.redis.base import RedisBase, completed_key
+from distrs.store.redis.records import batch_from_hash
+from distrs.store.redis.topology import Topology
+from distrs.store.redis.wake import Wakeups, completed_key
 
 
-class ResultOps(RedisBase):
-    """``batch_results``, ``wait_batch``, ``history``, ``events``, ``snapshot`` (QueueStore)."""
+class RedisResults:
+    """``ResultPart`` (store/composed.py) over a ``Topology``."""
+
+    def __init__(self, topology: Topology, wake: Wakeups) -> None:
+        self.topology = topology
+        self.wake = wake
 
     async def batch_results(self, task: str, batch_id: str) -> list[Result]:
-        bkey = self.keys.batch(task, batch_id)
-        self._seen_result.set((bkey, self._results.generation(bkey)))  # see wait_batch
-        h = await self._call(lambda: self._r.hgetall(self.keys.batch_results(task, batch_id)))
+        topo = self.topology
+        self.wake.saw_result(topo.keys.batch(task, batch_id))  # see wait_batch
+        h = await topo.call(lambda: topo.client.hgetall(topo.keys.batch_results(task, batch_id)))
         return [Result.model_validate_json(h[f]) for f in sorted(h)]
 
-    async def wait_batch(
-        self, task: str, batch_id: str, timeout_s: float, until_complete: bool = False
-    ) -> None:
-        bkey = self.keys.batch(task, batch_id)
-        key = completed_key(bkey) if until_complete else bkey
-        seen = self._seen_result.get()
-        gen = seen[1] if seen is not None and seen[0] == key else None
-        self._seen_result.set(None)
-        await self._results.wait(key, gen, min(timeout_s, self._wake_poll_s))
+    async def wait_batch(self, task: str, batch_id: str, timeout_s: float, until_complete: bool) -> None:
+        bkey = self.topology.keys.batch(task, batch_id)
+        await self.wake.wait_result(completed_key(bkey) if until_complete else bkey, timeout_s)
 
     async def history(self, task: str) -> list[BatchProfile]:
-        raw = await self._call(lambda: self._r.lrange(self.keys.history(task), 0, -1))
+        topo = self.topology
+        raw = await topo.call(lambda: topo.client.lrange(topo.keys.history(task), 0, -1))
         out = []
         for item in raw:
             d = orjson.loads(item)
@@ -56,14 +57,15 @@ class ResultOps(RedisBase):
             )
         return out
 
-    async def events(self, after: str, timeout_s: float, count: int = 100) -> list[Event]:
-        key = self.keys.events()
+    async def events(self, after: str, timeout_s: float, count: int) -> list[Event]:
+        topo = self.topology
+        key = topo.keys.events()
         start = after or "0"
         if timeout_s > 0:
             block_ms = max(1, int(timeout_s * 1000))
-            resp = await self._call(lambda: self._r.xread({key: start}, count=count, block=block_ms))
+            resp = await topo.call(lambda: topo.client.xread({key: start}, count=count, block=block_ms))
         else:
-            resp = await self._call(lambda: self._r.xread({key: start}, count=count))
+            resp = await topo.call(lambda: topo.client.xread({key: start}, count=count))
         out: list[Event] = []
         for _stream, entries in resp or []:
             for eid, f in entries:
@@ -81,17 +83,15 @@ class ResultOps(RedisBase):
 
     # planner -------------------------------------------------------------------------------
 
-    async def snapshot(self, now: float, finished_types: Collection[str] = ()) -> Snapshot:
-        k = self.keys
+    async def snapshot(self, now: float, finished_types: Collection[str]) -> Snapshot:
+        topo = self.topology
+        k = topo.keys
+        slots = await topo.slots(fresh=True)
 
         async def gather() -> Snapshot:
-            # standalone: one slot (None); cluster: every slot of a registered task, and a queue
-            # per task and stage, summed per stage (keys.py)
-            tasks = await self._known_tasks(fresh=True) if self.cluster else []
-            slots = sorted({k.slot_of(t) for t in tasks}, key=lambda s: -1 if s is None else s)
-            if not self.cluster:
-                slots = [None]
-            async with self._r.pipeline(transaction=False) as p:
+            # every slot with lease indexes and active batches (one standalone), and every queue
+            # of a stage in them (one per task and stage in a cluster), summed per stage
+            async with topo.client.pipeline(transaction=False) as p:
                 for slot in slots:
                     p.zrange(k.active(slot), 0, -1)
                     p.smembers(k.stages(slot))
@@ -102,12 +102,8 @@ class ResultOps(RedisBase):
             leases = [lk for rows in per_slot[2::3] for lk in rows]
             stage_list = sorted(set().union(*stages_of.values()))
             # (stage, queue key) whose ZCARD counts towards that stage's depth
-            queues = (
-                [(st, k.queue(st, t)) for t in tasks for st in sorted(stages_of[k.slot_of(t)])]
-                if self.cluster
-                else [(st, k.queue(st)) for st in stage_list]
-            )
-            async with self._r.pipeline(transaction=False) as p:
+            queues = [(st, q) for s in slots for st in sorted(stages_of[s]) for q in topo.stage_queues(st, s)]
+            async with topo.client.pipeline(transaction=False) as p:
                 for bkey in active:
                     p.hgetall(bkey)
                 for _, qkey in queues:
@@ -124,7 +120,7 @@ class ResultOps(RedisBase):
             # profiles; absent ones read as empty (no placeholder commands: a cluster pipeline
             # refuses keyless ones)
             reads: list[tuple[int, int]] = []
-            async with self._r.pipeline(transaction=False) as p:
+            async with topo.client.pipeline(transaction=False) as p:
                 for i, h in enumerate(batch_hashes):
                     if h.get("k_queued"):
                         p.zrange(h["k_queued"], 0, -1, withscores=True)
@@ -140,7 +136,7 @@ class ResultOps(RedisBase):
             for h, q, fin in zip(batch_hashes, rows[0::2], rows[1::2], strict=True):
                 if not h:
                     continue
-                live = BatchLive(batch=self._batch_from_hash(h))
+                live = BatchLive(batch=batch_from_hash(h))
                 for member, ts in q or []:
                     stage = member.split("\n", 1)[0]
                     live.queued[stage] = live.queued.get(stage, 0) + 1
@@ -165,14 +161,4 @@ class ResultOps(RedisBase):
                 running=running,
             )
 
-        return await self._call(gather)
-
-    # operations ----------------------------------------------------------------------------
-
-    async def flush_namespace(self) -> int:
-        """Delete every key of this namespace (tests and ``distrs`` ops tooling only)."""
-        n = 0
-        for pattern in self.keys.all_patterns():
-            async for key in self._r.scan_iter(match=pattern, count=1000):
-                n += int(await self._r.delete(key))
-        return n
+        return await topo.call(gather)

@@ -1,202 +1,388 @@
-"""Lua script loading and auto-pipelining of script calls.
+"""Every Lua script of the store, with the names of its keys and arguments, declared once.
 
-Each script is ``lua/lib.lua`` + its own file (package data), behind a one-line prelude that
-says whether it runs on a cluster (``load_script_source``), registered with redis-py's
-``register_script`` (EVALSHA, reloaded after a Redis restart empties its script cache). Script
-calls issued in one event-loop tick travel as one pipeline (``ScriptBatcher``), which halves the
-client CPU per request lifecycle under load.
+A script's own file (``lua/<name>.lua``, package data) reads its keys and arguments by name:
+``K.<name>`` for each key, ``A.<name>`` for each argument, and ``L.<list>``, a table of rows
+``{<name> = ...}``, for each list of items (the leases of a bundle, the requests of a
+submission); never ``KEYS[i]`` or ``ARGV[i]``. The positions are decided here, in one place
+(``Script``): when a script is loaded, ``K.<name>`` and ``A.<name>`` become the positions they
+name (so a name its declaration lacks fails at load, not at run time, and reading a name costs
+nothing), and a prelude builds the rows of ``L`` (``Script.prelude``). A call is built from the
+same declaration (``Script.call``: typed tuples, one per script, checked by mypy), so Python and
+Lua cannot disagree about a position. What a script returns is documented at the top of its
+file.
 
-Cluster mode, slot migrations: a script follows keys it was not given (the request a queue
-member names, the batch keys a request names). While its slot moves between primaries
-(``redis-cli --cluster reshard``, ``CLUSTER SETSLOT`` + ``MIGRATE``), such a key may already be
-on the other node. Redis 7 checks keys a script did not declare only when the script reaches
-them: on the source node the command fails mid-script and the writes before it stay (a lease
-could pop a queue entry and strand its request); on the target node, reached through ``ASK``, a
-single-key read of a key not moved yet answers nil as if it did not exist (the lease would drop
-the entry as a vanished request). Reading one by one the keys a script will touch can therefore
-not catch every case; a read of two keys can: in a migrating or importing slot Redis refuses a
-multi-key command that misses any of its keys. So every cluster script first reads its first key
-with the slot's fence (``Keys.fence``, never written) and, refused, answers ``TRYAGAIN`` before
-any write; redis-py's cluster client retries that, and the store answers 503 with Retry-After if
-the slot is still moving (tests/faults/test_cluster_migration.py).
+The topology (``topology/``) loads each script for its mode, behind the mode's own functions
+(``lua/standalone.lua`` or ``lua/cluster.lua``: where events, span samples, arrival sequences
+and usage counts go, and whether a lease may take a queue's head), so ``lib.lua`` and the
+scripts are the same in every mode; and runs it: EVALSHA, and EVAL when Redis lost its script
+cache.
 """
 
 from __future__ import annotations
 
-import asyncio
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Generic, NamedTuple, TypeVar
 
-from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+K = TypeVar("K", bound=tuple[Any, ...])
+A = TypeVar("A", bound=tuple[Any, ...])
 
-from distrs.store.redis.channel import ScriptChannel
-from distrs.store.redis.replicas import ReplicaWait
-
-SCRIPTS = (
-    "register_batch",
-    "submit",
-    "lease",
-    "lease_bundle",
-    "get_lease",
-    "heartbeat",
-    "heartbeat_bundle",
-    "complete",
-    "complete_bundle",
-    "release",
-    "requeue_expired",
-    "mark_ready",
-    "prune_ready",
+# ``K.<name>`` and ``A.<name>`` in a script's own file (``Script.resolve``).
+_NAMED = re.compile(r"\b([KA])\.([A-Za-z_]\w*)")
+# Lua keywords cannot name a key or an argument (``K.end`` would not parse).
+_LUA_KEYWORDS = frozenset(
+    [
+        "and",
+        "break",
+        "do",
+        "else",
+        "elseif",
+        "end",
+        "false",
+        "for",
+        "function",
+        "goto",
+        "if",
+        "in",
+        "local",
+        "nil",
+        "not",
+        "or",
+        "repeat",
+        "return",
+        "then",
+        "true",
+        "until",
+        "while",
+    ]
 )
 
 
-# Standalone: the scripts write the global keys themselves.
-_STANDALONE = "local CLUSTER = false\n"
-# Cluster: the first three ARGV are the caller's arrival-sequence base (submit), lease bound
-# (lease, lease_bundle; '' = none) and the slot's fence key (see the module docstring); events
-# and span samples the script produced come back with its result as
-# {result, {{type, ts, task, batch_id, data}, ...}, {span JSON, ...}}.
-_CLUSTER_HEAD = """local CLUSTER = {seq = table.remove(ARGV, 1), bound = table.remove(ARGV, 1),
-  fence = table.remove(ARGV, 1), events = {}, spans = {}}
-local distrs_fenced = redis.pcall('EXISTS', KEYS[1], CLUSTER.fence)
-if type(distrs_fenced) == 'table' and distrs_fenced.err then
-  return redis.error_reply('TRYAGAIN slot of ' .. KEYS[1] .. ' is migrating')
-end
-"""
-_CLUSTER_BODY = """local function distrs_body()
-%s
-end
-local distrs_result = distrs_body()
-if type(distrs_result) == 'table' and distrs_result.err then
-  return distrs_result
-end
-return {distrs_result, CLUSTER.events, CLUSTER.spans}
-"""
+@dataclass(frozen=True)
+class Items:
+    """A list of rows a script takes (of any length): ``row``'s first ``keys`` fields are keys,
+    the others arguments."""
+
+    name: str
+    row: type[tuple[Any, ...]]
+    keys: int
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(self.row._fields)  # type: ignore[attr-defined]
 
 
-def load_script_source(name: str, cluster: bool = False) -> str:
-    """A script's text with the shared library prepended (both ship as package data); in cluster
-    mode wrapped so that it hands back what belongs to other slots (see ``_CLUSTER_HEAD``)."""
-    lua = resources.files("distrs.store").joinpath("lua")
-    lib, body = lua.joinpath("lib.lua").read_text(), lua.joinpath(f"{name}.lua").read_text()
-    if cluster:
-        return _CLUSTER_HEAD + lib + "\n" + _CLUSTER_BODY % body
-    return _STANDALONE + lib + "\n" + body
-
-
-class ScriptBatcher:
-    """Send the script calls issued in one event-loop tick as one pipeline (auto-pipelining).
-
-    Under load many coroutines call scripts at once (one per lease or completion); sending them
-    in one write and reading the replies in one go saves a round trip, a pool checkout and two
-    system calls per call. Redis still runs each script atomically and in order. A script Redis
-    does not know (after a restart emptied its cache) is sent again with EVAL, which also caches
-    it.
-
-    With ``channel`` (standalone mode, channel.py) the batches travel on the store's own
-    pipelined connection instead of redis-py's pipelines.
-
-    With ``wait`` (sentinel mode, replicas.py), a pipeline that carries an acknowledged
-    transition ends with ``WAIT``, on the same connection, so that none of its callers is answered
-    before a replica has it.
-    """
+class Script(Generic[K, A]):
+    """One Lua script: its name (``lua/<name>.lua``), the tuple types naming its keys and its
+    arguments (``shared``: a second group of arguments it shares with other scripts, passed
+    after its own), and its lists of items."""
 
     def __init__(
-        self, client: Any, wait: ReplicaWait | None = None, channel: ScriptChannel | None = None
+        self,
+        name: str,
+        keys: type[K],
+        args: type[A],
+        *lists: Items,
+        shared: type[tuple[Any, ...]] | None = None,
     ) -> None:
-        self._client = client
-        self._wait = wait
-        self._channel = channel
-        self._pending: list[_Call] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.name = name
+        self.key_names: tuple[str, ...] = tuple(keys._fields)  # type: ignore[attr-defined]
+        self.arg_names: tuple[str, ...] = tuple(args._fields)  # type: ignore[attr-defined]
+        if shared is not None:
+            self.arg_names += tuple(shared._fields)  # type: ignore[attr-defined]
+        self.lists = lists
+        self._item_keys = tuple(it.keys for it in lists)
+        for n in (*self.key_names, *self.arg_names, *(f for it in lists for f in it.fields)):
+            if n in _LUA_KEYWORDS:
+                raise ValueError(f"script {name}: {n!r} is a Lua keyword")
 
-    async def call(self, script: AsyncScript, keys: list[str], args: list[Any], acked: bool = False) -> Any:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        self._pending.append(_Call(script, keys, args, fut, acked))
-        if len(self._pending) == 1:
-            loop.call_soon(self._flush)
-        return await fut
+    def call(
+        self, keys: K, args: A, *rows: Sequence[tuple[Any, ...]], shared: tuple[Any, ...] = ()
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of one call: the fixed keys, then each list's item keys; the fixed
+        arguments (its own, then the shared ones), each list's length, then each list's item
+        arguments. The tuples' types are the script's (checked by mypy: ``Script[K, A]``)."""
+        if len(rows) != len(self.lists):
+            raise TypeError(f"script {self.name} takes {len(self.lists)} lists, got {len(rows)}")
+        flat_keys: list[str] = [*keys]
+        flat_args: list[Any] = [*args, *shared, *map(len, rows)]
+        for n, items in zip(self._item_keys, rows, strict=True):
+            for row in items:
+                flat_keys += row[:n]
+                flat_args += row[n:]
+        return flat_keys, flat_args
 
-    def _flush(self) -> None:
-        batch, self._pending = self._pending, []
-        task = asyncio.create_task(self._send(batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def resolve(self, lua: str) -> str:
+        """``lua`` with each ``K.<name>`` and ``A.<name>`` replaced by the position it names;
+        ValueError for a name this script does not declare."""
+        positions = {
+            "K": {n: f"KEYS[{i}]" for i, n in enumerate(self.key_names, 1)},
+            "A": {n: f"ARGV[{i}]" for i, n in enumerate(self.arg_names, 1)},
+        }
 
-    @staticmethod
-    def _settle(fut: asyncio.Future[Any], result: Any) -> None:
-        if fut.done():
-            return
-        if isinstance(result, BaseException):
-            fut.set_exception(result)
-        else:
-            fut.set_result(result)
+        def position(m: re.Match[str]) -> str:
+            table, name = m.groups()
+            got = positions[table].get(name)
+            if got is None:
+                raise ValueError(
+                    f"lua/{self.name}.lua names {table}.{name}, which scripts.py does not declare"
+                )
+            return got
 
-    def _wait_command(self, batch: list[_Call]) -> tuple[str, int, int] | None:
-        if self._wait is None or not any(c.acked for c in batch):
-            return None
-        return self._wait.command(asyncio.get_running_loop().time())
+        return _NAMED.sub(position, lua)
 
-    async def _send(self, batch: list[_Call]) -> None:
-        wait = self._wait_command(batch)
-        if len(batch) == 1 and wait is None and self._channel is None:
-            c = batch[0]
-            try:
-                self._settle(c.fut, await c.script(keys=c.keys, args=c.args))
-            except Exception as exc:
-                self._settle(c.fut, exc)
-            return
-        for command in ("EVALSHA", "EVAL"):
-            try:
-                results = await self._execute(command, batch, wait)
-            except Exception as exc:
-                for c in batch:
-                    self._settle(c.fut, exc)
-                return
-            if wait is not None and self._wait is not None:
-                self._wait.answered(results.pop(), asyncio.get_running_loop().time())
-            missing: list[_Call] = []
-            for c, res in zip(batch, results, strict=True):
-                if isinstance(res, NoScriptError) and command == "EVALSHA":
-                    missing.append(c)
-                else:
-                    self._settle(c.fut, res)
-            if not missing:
-                return
-            batch, wait = missing, self._wait_command(missing)
+    def prelude(self) -> str:
+        """The Lua that builds the rows of this call's lists (module docstring)."""
+        na = len(self.arg_names)
+        out = ["local L = {}"]
+        if self.lists:
+            out.append(f"local distrs_ki, distrs_ai = {len(self.key_names) + 1}, {na + len(self.lists) + 1}")
+        for j, spec in enumerate(self.lists):
+            fields = spec.fields
+            parts = [f"{f} = KEYS[distrs_ki + {i}]" for i, f in enumerate(fields[: spec.keys])]
+            parts += [f"{f} = ARGV[distrs_ai + {i}]" for i, f in enumerate(fields[spec.keys :])]
+            out += [
+                f"L.{spec.name} = {{}}",
+                f"for i = 1, tonumber(ARGV[{na + j + 1}]) do",
+                f"  L.{spec.name}[i] = {{{', '.join(parts)}}}",
+                f"  distrs_ki, distrs_ai = distrs_ki + {spec.keys}, distrs_ai + {len(fields) - spec.keys}",
+                "end",
+            ]
+        return "\n".join(out) + "\n"
 
-    async def _execute(
-        self, command: str, batch: list[_Call], wait: tuple[str, int, int] | None
-    ) -> list[Any]:
-        """The batch's calls (and the WAIT) in one round trip: replies in order, errors as values."""
-        calls = [
-            (
-                command,
-                c.script.sha if command == "EVALSHA" else c.script.script,
-                len(c.keys),
-                *c.keys,
-                *c.args,
-            )
-            for c in batch
-        ]
-        if self._channel is not None and wait is None:
-            return await self._channel.execute(calls)
-        async with self._client.pipeline(transaction=False) as pipe:
-            for call in calls:
-                pipe.execute_command(*call)
-            if wait is not None:
-                pipe.execute_command(*wait)
-            return list(await pipe.execute(raise_on_error=False))
+    def source(self, mode: str) -> tuple[str, str]:
+        """The script for a mode, in two parts: what goes before its own code (the mode's
+        functions, ``lua/<mode>.lua``, the prelude naming its keys and arguments, the shared
+        library), and its own code (``lua/<name>.lua``); all package data."""
+        head = lua_file(mode) + "\n" + self.prelude() + lua_file("lib") + "\n"
+        return head, self.resolve(lua_file(self.name))
 
 
-@dataclass
-class _Call:
-    """One script call waiting in the batcher."""
+def lua_file(name: str) -> str:
+    """``lua/<name>.lua`` (package data)."""
+    return resources.files("distrs.store").joinpath("lua").joinpath(f"{name}.lua").read_text()
 
-    script: AsyncScript
-    keys: list[str]
-    args: list[Any]
-    fut: asyncio.Future[Any]
-    acked: bool
+
+class NoKeys(NamedTuple):
+    pass
+
+
+class NoArgs(NamedTuple):
+    pass
+
+
+class RegisterKeys(NamedTuple):
+    owner: str
+    batch: str
+    span: str
+    events: str
+    active: str
+    members: str
+    results: str
+    queued: str
+    profile: str
+    history: str
+    spans: str
+
+
+class RegisterArgs(NamedTuple):
+    tenant: str
+    task: str
+    batch_id: str
+    size: int
+    reward_type: str  # '' = none
+    rollout: str  # rollout_started_at, '' = none
+    now: str
+    prior: str  # span prior of a task without history, '' = not computed yet
+    maxlen: int
+
+
+class SubmitKeys(NamedTuple):
+    seq: str
+    events: str
+    stages: str
+
+
+class SubmitArgs(NamedTuple):
+    now: str
+    policy: str
+    maxlen: int
+    chan_work: str
+    u_queued: str
+    u_bytes: str
+    u_expiry: str
+    u_totals: str
+
+
+class SubmitGroup(NamedTuple):
+    """The requests of one batch in a submission (``n`` of them follow in ``requests``)."""
+
+    owner: str
+    batch: str
+    tenant: str
+    task: str
+    batch_id: str
+    n: int
+
+
+class SubmitRequest(NamedTuple):
+    request: str
+    queue: str  # of its first stage
+    request_id: str
+    reward_type: str
+    stage: str  # its first stage
+    payload: str
+    route: str  # JSON [[stage, queue key], ...] of its whole route; '' when it has one stage
+
+
+class LeaseKeys(NamedTuple):
+    queue: str
+    leases: str
+
+
+class LeaseArgs(NamedTuple):
+    now: str
+    ttl: str
+    worker: str
+    stage: str
+    holder: str
+
+
+class NewLease(NamedTuple):
+    lease: str
+    lease_id: str
+
+
+class GetLeaseKeys(NamedTuple):
+    lease: str
+
+
+class HeartbeatKeys(NamedTuple):
+    leases: str
+
+
+class HeartbeatArgs(NamedTuple):
+    now: str
+    ttl: str
+    holder: str
+
+
+class LeaseRef(NamedTuple):
+    lease: str
+    lease_id: str
+
+
+class TransitionKeys(NamedTuple):
+    leases: str
+    events: str
+    active: str
+    stages: str
+
+
+class TransitionArgs(NamedTuple):
+    """What every transition that may finish requests takes (lib.lua ``transition``): the queue
+    policy, the result TTL, history length, event stream length, the wake-up channels, and the
+    four usage counter key prefixes (``Keys.usage_prefixes``; '' = the script hands the counts
+    back)."""
+
+    policy: str
+    ttl: int
+    history_k: int
+    maxlen: int
+    chan_work: str
+    chan_result: str
+    u_queued: str
+    u_bytes: str
+    u_expiry: str
+    u_totals: str
+
+
+class CompleteArgs(NamedTuple):
+    now: str
+    holder: str
+
+
+class CompleteItem(NamedTuple):
+    lease: str
+    lease_id: str
+    run_s: str
+    outcome: str  # next | final
+    artifacts: str  # JSON, '' = keep
+    result: str  # Result JSON without request_id and stages ('' for next)
+    status: str
+
+
+class StoreRouteKeys(NamedTuple):
+    request: str
+
+
+class StoreRouteArgs(NamedTuple):
+    route: str  # JSON [[stage, queue key], ...], as submit stores it
+
+
+class ReleaseKeys(NamedTuple):
+    lease: str
+    leases: str
+    stages: str
+
+
+class ReleaseArgs(NamedTuple):
+    now: str
+    holder: str
+    lease_id: str
+    policy: str
+    chan_work: str
+
+
+class RequeueArgs(NamedTuple):
+    now: str
+    max_attempts: int
+    limit: int
+
+
+class MarkKeys(NamedTuple):
+    gen: str
+
+
+class ReadyMark(NamedTuple):
+    ready: str
+    task: str
+
+
+class ReadyUnmark(NamedTuple):
+    ready: str
+    task: str
+    gen: int
+
+
+REGISTER_BATCH = Script("register_batch", RegisterKeys, RegisterArgs)
+SUBMIT = Script(
+    "submit", SubmitKeys, SubmitArgs, Items("groups", SubmitGroup, 2), Items("requests", SubmitRequest, 2)
+)
+LEASE = Script("lease", LeaseKeys, LeaseArgs, Items("new", NewLease, 1))
+GET_LEASE = Script("get_lease", GetLeaseKeys, NoArgs)
+HEARTBEAT = Script("heartbeat", HeartbeatKeys, HeartbeatArgs, Items("leases", LeaseRef, 1))
+COMPLETE = Script(
+    "complete", TransitionKeys, CompleteArgs, Items("items", CompleteItem, 1), shared=TransitionArgs
+)
+RELEASE = Script("release", ReleaseKeys, ReleaseArgs)
+STORE_ROUTE = Script("store_route", StoreRouteKeys, StoreRouteArgs)
+REQUEUE_EXPIRED = Script("requeue_expired", TransitionKeys, RequeueArgs, shared=TransitionArgs)
+MARK_READY = Script("mark_ready", MarkKeys, NoArgs, Items("marks", ReadyMark, 1))
+PRUNE_READY = Script("prune_ready", NoKeys, NoArgs, Items("unmarks", ReadyUnmark, 1))
+
+SCRIPTS: tuple[Script[Any, Any], ...] = (
+    REGISTER_BATCH,
+    SUBMIT,
+    LEASE,
+    GET_LEASE,
+    HEARTBEAT,
+    COMPLETE,
+    RELEASE,
+    STORE_ROUTE,
+    REQUEUE_EXPIRED,
+    MARK_READY,
+    PRUNE_READY,
+)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from distrs.core.model import Result, Status
-from distrs.proxy.routes.compat import (
+from distrs.proxy.routes.compat import reward_payload
+from distrs.proxy.routes.sandboxfusion import (
     RunCodeRequest,
     _return_code,
-    reward_payload,
     run_code_payload,
     to_run_code_response,
 )

@@ -133,7 +133,7 @@ def test_retried_call_never_runs_twice(compat_service: Service) -> None:
     first = requests.post(url(compat_service), json=body, timeout=60).json()
     again = requests.post(url(compat_service), json=body, timeout=60).json()
     assert first["rewards"] == again["rewards"] == [1.0, 1.0, 0.0]
-    from distrs.proxy.routes.compat import GetRewardRequest, _content_id
+    from distrs.proxy.routes.openrlhf import GetRewardRequest, _content_id
 
     batch = "gr-" + _content_id("math", GetRewardRequest.model_validate(body))
     with compat_service.client() as c:
@@ -150,11 +150,11 @@ def test_retried_call_never_runs_twice(compat_service: Service) -> None:
 
 def test_server_answers_before_the_client_gives_up() -> None:
     """The route's default wait stays under OpenRLHF's own 180 s request timeout."""
-    from distrs.proxy.routes import compat
+    from distrs.proxy.routes import openrlhf
 
     src = openrlhf_agent_source()
     assert "ClientTimeout(total=180)" in src
-    assert compat.OPENRLHF_WAIT_S < compat.OPENRLHF_CLIENT_TIMEOUT_S == 180
+    assert openrlhf.OPENRLHF_WAIT_S < openrlhf.OPENRLHF_CLIENT_TIMEOUT_S == 180
 
 
 def openrlhf_agent_source() -> str:

@@ -127,9 +127,10 @@ def test_a_504_retry_waits_on_the_first_run(compat_service: Service, verl: Any) 
     assert first.status_code == 504
     resp, err = verl.call_sandbox_api(url(compat_service), code, None, 10, 10, 1024)
     assert err is None and resp["run_result"]["stdout"] == "once\n"
-    from distrs.proxy.routes.compat import RunCodeRequest, _hash, run_code_payload
+    from distrs.proxy.routes.compat import content_hash
+    from distrs.proxy.routes.sandboxfusion import RunCodeRequest, run_code_payload
 
-    batch = "rc-" + _hash(["python", run_code_payload(RunCodeRequest.model_validate(body))])
+    batch = "rc-" + content_hash(["python", run_code_payload(RunCodeRequest.model_validate(body))])
     with compat_service.client() as c:
         page = c.get(f"/v1/batches/sandboxfusion/{batch}/results").json()
         assert page["done"] == 1

@@ -118,6 +118,15 @@ def test_only_system_dirs_are_visible(bwrap_sandbox: LocalSandbox) -> None:
     assert b"Read-only file system" in r.stdout
 
 
+def test_a_uid_without_a_passwd_entry_still_has_a_user_name(bwrap_sandbox: LocalSandbox) -> None:
+    """getpass.getuser() (which torch's profiler reaches) fails on a pool uid with no passwd
+    entry unless the environment names the user."""
+    with bwrap_sandbox.session() as s:
+        r = s.run(["python3", "-c", "import getpass; print(getpass.getuser())"], limits=Limits())
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == b"sandbox\n"
+
+
 def test_concurrent_sessions_get_distinct_uids(bwrap_sandbox: LocalSandbox) -> None:
     if os.geteuid() != 0:
         pytest.skip("uid pool is used only as root")

@@ -10,7 +10,7 @@ import pytest
 
 from distrs.config import StoreSettings
 from distrs.store.redis import RedisStore
-from distrs.store.redis_client import KEEPALIVE_PROBES, client_options, keepalive_options
+from distrs.store.redis.client import KEEPALIVE_PROBES, client_options, keepalive_options
 from tests.fixtures.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -22,7 +22,7 @@ def _settings(url: str, **extra: object) -> StoreSettings:
 
 def _sockets(store: RedisStore) -> list[socket.socket]:
     """The sockets of the store's open pooled connections."""
-    pool = store._r.connection_pool
+    pool = store.topology.client.connection_pool
     out = []
     for conn in pool._available_connections:
         writer = conn._writer
@@ -94,7 +94,7 @@ async def test_calls_beyond_the_pool_wait_for_a_connection(redis_server: RedisSe
     try:
         results = await asyncio.gather(*(store.get_batch("t", f"b{i}") for i in range(300)))
         assert results == [None] * 300
-        pool = store._r.connection_pool
+        pool = store.topology.client.connection_pool
         assert pool.max_connections == 3
         assert len(pool._available_connections) + len(pool._in_use_connections) <= 3
     finally:

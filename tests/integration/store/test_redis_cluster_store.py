@@ -16,9 +16,9 @@ import pytest
 from redis.crc import key_slot
 
 from distrs.config import ProxySettings, StoreSettings
-from distrs.core.model import BatchInfo, Result, Status
+from distrs.core.model import BatchInfo, Completion, Result, Status
 from distrs.proxy.app import create_app
-from distrs.store.base import CompleteOutcome, CompletionItem, NewRequest
+from distrs.store.base import CompleteOutcome, NewRequest
 from distrs.store.errors import UnknownLease
 from distrs.store.keys import Keys
 from distrs.store.redis import RedisStore
@@ -59,7 +59,7 @@ def tasks_on_distinct_primaries(cluster: RedisCluster, keys: Keys, n: int = 3) -
 def req(task: str, batch: str, rid: str) -> NewRequest:
     return NewRequest(
         tenant="alice", task=task, batch_id=batch, request_id=rid, reward_type="synthetic",
-        first_stage="compile", payload={"rid": rid},
+        route=["compile", "execute"], payload={"rid": rid},
     )  # fmt: skip
 
 
@@ -71,7 +71,9 @@ async def test_a_tasks_keys_share_the_slot_its_verbatim_tag_names(
     await store.submit([req(task, "b", "r1"), req(task, "b", "r2")], 101.0)
     lease = await store.lease("compile", "w", 102.0, 30.0)
     assert lease is not None
-    await store.complete(lease.lease_id, "w", 103.0, 1.0, "execute", {"bin": "x"}, None, "next")
+    await store.complete(
+        Completion(lease_id=lease.lease_id, outcome="next", run_s=1.0, artifacts={"bin": "x"}), "w", 103.0
+    )
     tag = "{" + f"{store.keys.ns}:t:{task}" + "}"  # the task name verbatim, tenant included
     slot = int(command(redis_cluster.nodes[0].port, "CLUSTER", "KEYSLOT", tag))
     port = redis_cluster.primary_of(slot)
@@ -122,9 +124,7 @@ async def test_a_bundle_takes_across_shards_in_ebf_order(
         f"{late}#0",
     ]
     # leases of three slots in one call: each lands, answered in the caller's order
-    items = [
-        CompletionItem(lease_id=x.lease_id, result=Result(request_id="", status=Status.OK)) for x in bundle
-    ]
+    items = [Completion(lease_id=x.lease_id, result=Result(request_id="", status=Status.OK)) for x in bundle]
     outs = await store.complete_many(items, "w", 103.0)
     assert [o.request.request_id for o in outs if isinstance(o, CompleteOutcome)] == [
         x.request_id for x in bundle
@@ -189,9 +189,7 @@ async def test_idle_tasks_leave_the_ready_index_and_cost_a_lease_nothing(
     await store.submit([req(task, "b", "r") for task in idle], 101.0)
     leased = await store.lease_many("compile", "w", 102.0, 30.0, k=200)
     assert len(leased) == 200
-    items = [
-        CompletionItem(lease_id=x.lease_id, result=Result(request_id="", status=Status.OK)) for x in leased
-    ]
+    items = [Completion(lease_id=x.lease_id, result=Result(request_id="", status=Status.OK)) for x in leased]
     assert all(
         isinstance(o, CompleteOutcome) and o.batch_completed
         for o in await store.complete_many(items, "w", 103.0)
@@ -211,7 +209,7 @@ async def test_idle_tasks_leave_the_ready_index_and_cost_a_lease_nothing(
             assert zranges <= 5, zranges  # the index, the live head; not 200 idle heads
     finally:
         await other.close()
-    assert len(await store._known_tasks(fresh=True)) == 201  # the registry keeps them all
+    assert len(await store.topology.known_tasks(fresh=True)) == 201  # the registry keeps them all
 
     # an idle task that gets work again is marked again and served
     await store.register_batch(BatchInfo(tenant="alice", task=idle[7], batch_id="b2", size=1), 108.0)
@@ -229,8 +227,8 @@ async def test_work_whose_ready_mark_was_lost_is_found_by_the_repair_pass(store:
     task = "alice/lost-mark"
     await store.register_batch(BatchInfo(tenant="alice", task=task, batch_id="b", size=1), 100.0)
     await store.submit([req(task, "b", "r")], 101.0)
-    await store._r.delete(store.keys.ready("compile"))  # as if the mark never landed
-    store._ready_copies.clear()
+    await store.topology.client.delete(store.keys.ready("compile"))  # as if the mark never landed
+    store.topology.ready.copies.clear()
     assert await store.lease("compile", "w", 102.0, 30.0) is None
     await store.requeue_expired(103.0, max_attempts=3)  # the expiry sweep repairs the index
     lease = await store.lease("compile", "w", 104.0, 30.0)
@@ -239,11 +237,11 @@ async def test_work_whose_ready_mark_was_lost_is_found_by_the_repair_pass(store:
 
 async def test_an_unmark_read_before_a_newer_mark_leaves_the_task_marked(store: RedisStore) -> None:
     task = "alice/marked"
-    await store._mark_ready([("compile", task)])
-    seen = (await store._ready_tasks("compile", fresh=True))[task]
-    await store._mark_ready([("compile", task)])  # work queued after the lease's look
-    await store._prune_ready("compile", {task: seen})
-    now = await store._ready_tasks("compile", fresh=True)
+    await store.topology.ready.mark([("compile", task)])
+    seen = (await store.topology.ready.tasks("compile", fresh=True))[task]
+    await store.topology.ready.mark([("compile", task)])  # work queued after the lease's look
+    await store.topology.ready.prune("compile", {task: seen})
+    now = await store.topology.ready.tasks("compile", fresh=True)
     assert now[task] > seen  # still marked, with the newer generation
-    await store._prune_ready("compile", {task: now[task]})
-    assert task not in await store._ready_tasks("compile", fresh=True)
+    await store.topology.ready.prune("compile", {task: now[task]})
+    assert task not in await store.topology.ready.tasks("compile", fresh=True)

@@ -61,7 +61,7 @@ async def store(redis_sentinel: RedisSentinel) -> AsyncIterator[RedisStore]:
 def req(rid: str, task: str = "t") -> NewRequest:
     return NewRequest(
         tenant="default", task=task, batch_id="b", request_id=rid, reward_type="synthetic",
-        first_stage="compile", payload={"n": rid},
+        route=["compile"], payload={"n": rid},
     )  # fmt: skip
 
 
@@ -105,7 +105,7 @@ async def test_the_primarys_pool_blocks_at_the_standalone_limits_over_keepalive_
     )  # fmt: skip
     store = RedisStore.from_url(url, settings, namespace=f"s-{uuid.uuid4().hex[:10]}")
     try:
-        pool = store._r.connection_pool
+        pool = store.topology.client.connection_pool
         assert isinstance(pool, aioredis.BlockingConnectionPool) and isinstance(pool, SentinelConnectionPool)
         assert (pool.max_connections, pool.timeout) == (2, 0.2)
         held = [await pool.get_connection(), await pool.get_connection()]

@@ -15,10 +15,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from distrs.config import StoreSettings
-from distrs.core.model import BatchInfo, RequestState, Result, Status
+from distrs.core.model import BatchInfo, Completion, RequestState, Result, Status
 from distrs.store.base import NewRequest
 from distrs.store.errors import LeaseNotYours, Unavailable, UnknownLease
 from distrs.store.redis import RedisStore
+from distrs.store.redis.scripts import LEASE, LeaseArgs, LeaseKeys, NewLease
 from tests.fixtures.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -40,7 +41,7 @@ def _req(rid: str, batch: str = "b") -> NewRequest:
         batch_id=batch,
         request_id=rid,
         reward_type="synthetic",
-        first_stage="compile",
+        route=["compile", "execute"],
         payload={"i": rid},
     )
 
@@ -70,9 +71,13 @@ async def test_restart_mid_batch_loses_nothing_acknowledged(
         assert lease is not None and lease.request_id == f"r{i:02d}"
         if i < 5:
             res = Result(request_id=lease.request_id, status=Status.OK, score=i / 10)
-            await store.complete(lease.lease_id, "w", 103.0, 1.0, None, None, res, "final")
+            await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=res), "w", 103.0)
         elif i < 10:
-            await store.complete(lease.lease_id, "w", 103.0, 1.0, "execute", {"bin": f"B{i}"}, None, "next")
+            await store.complete(
+                Completion(lease_id=lease.lease_id, outcome="next", run_s=1.0, artifacts={"bin": f"B{i}"}),
+                "w",
+                103.0,
+            )
 
     srv.restart(hard=hard)
 
@@ -94,14 +99,14 @@ async def test_restart_mid_batch_loses_nothing_acknowledged(
     while (lease := await store.lease("compile", "w2", 114.0, 30.0)) is not None:
         compile_ids.append(lease.request_id)
         res = Result(request_id=lease.request_id, status=Status.OK)
-        await store.complete(lease.lease_id, "w2", 115.0, 1.0, None, None, res, "final")
+        await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=res), "w2", 115.0)
     assert compile_ids == ["r10", "r11"] + [f"r{i:02d}" for i in range(12, 20)]
     exec_ids = []
     while (lease := await store.lease("execute", "w3", 116.0, 30.0)) is not None:
         assert lease.artifacts == {"bin": f"B{int(lease.request_id[1:])}"}
         exec_ids.append(lease.request_id)
         res = Result(request_id=lease.request_id, status=Status.OK)
-        await store.complete(lease.lease_id, "w3", 117.0, 1.0, None, None, res, "final")
+        await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=res), "w3", 117.0)
     assert exec_ids == [f"r{i:02d}" for i in range(5, 10)]
     final = await store.get_batch("t", "b")
     assert final is not None and final.complete and final.done == 20
@@ -171,22 +176,22 @@ async def test_a_completion_handled_while_the_batch_read_returns_is_not_missed(
 ) -> None:
     """The batch completes after Redis answered the read, and its wake-up is handled before the
     reading coroutine resumes: the results long-poll's next wait must still return at once."""
-    from distrs.store.redis.base import completed_key
+    from distrs.store.redis.wake import completed_key
 
     ns = f"done-{uuid.uuid4().hex[:8]}"
     store = await _store(redis_server.url, ns)
     try:
         await store.register_batch(BatchInfo(task="t", batch_id="b", size=1), 100.0)
-        call = store._call
+        call = store.topology.call
 
         async def read_then_wake(fn):  # type: ignore[no-untyped-def]
             out = await call(fn)
-            store._results.wake(completed_key(store.keys.batch("t", "b")))  # the listener ran first
+            store.wake.results.wake(completed_key(store.keys.batch("t", "b")))  # the listener ran first
             return out
 
-        store._call = read_then_wake  # type: ignore[method-assign]
+        store.topology.call = read_then_wake  # type: ignore[method-assign]
         batch = await store.get_batch("t", "b")
-        store._call = call  # type: ignore[method-assign]
+        store.topology.call = call  # type: ignore[method-assign]
         assert batch is not None and not batch.complete
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -207,7 +212,7 @@ async def test_keys_are_namespaced_and_finished_batches_expire(redis_server: Red
         lease = await store.lease("compile", "w", 102.0, 30.0)
         assert lease is not None
         res = Result(request_id=lease.request_id, status=Status.OK)
-        await store.complete(lease.lease_id, "w", 103.0, 1.0, None, None, res, "final")
+        await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=res), "w", 103.0)
     raw = aioredis.Redis.from_url(redis_server.url, decode_responses=True)
     keys = [k async for k in raw.scan_iter(match="*", count=1000) if ns in k]
     assert keys and all(k.startswith("{" + ns + "}:") for k in keys)
@@ -312,10 +317,10 @@ async def test_every_redis_failure_is_unavailable_never_a_crash(redis_server: Re
     await store.start()
     try:
         # an error reply no script expects (an operator's key of the wrong type): 503, not 500
-        await store._r.set(store.keys.leases(), "not a sorted set")
+        await store.topology.client.set(store.keys.leases(), "not a sorted set")
         with pytest.raises(Unavailable):
             await store.requeue_expired(100.0, max_attempts=3)
-        await store._r.delete(store.keys.leases())
+        await store.topology.client.delete(store.keys.leases())
 
         # redis-py raises RuntimeError from an interrupted connection (health check or a read
         # still pending); the store's one wrapper for Redis calls maps it to 503 as well
@@ -323,7 +328,7 @@ async def test_every_redis_failure_is_unavailable_never_a_crash(redis_server: Re
             raise RuntimeError("readuntil() called while another coroutine is already waiting")
 
         with pytest.raises(Unavailable):
-            await store._call(interrupted)
+            await store.topology.call(interrupted)
         assert await store.requeue_expired(100.0, max_attempts=3) == []
     finally:
         await store.flush_namespace()
@@ -339,13 +344,14 @@ async def test_a_lease_script_run_twice_takes_one_request(redis_server: RedisSer
     await store.submit([_req(f"r{i}") for i in range(3)], 101.0)
     k = store.keys
     ids = ["replayed-1", "replayed-2"]
-    keys = [k.queue("compile"), k.leases(), *(k.lease(i) for i in ids)]
-    args = [102.0, 30.0, "w", "compile", "w", *ids]
-    first = await store._run("lease_bundle", keys, args)
-    again = await store._run("lease_bundle", keys, args)
+    keys = LeaseKeys(k.queue("compile"), k.leases())
+    new = [NewLease(k.lease(i), i) for i in ids]
+    args = LeaseArgs("102.0", "30.0", "w", "compile", "w")
+    first = await store.topology.run(LEASE, keys, args, new)
+    again = await store.topology.run(LEASE, keys, args, new)
     assert [row[0] for row in first] == ["r0", "r1"]
     assert again == first
-    other = await store._run("lease_bundle", keys, [*args[:4], "someone-else", *ids])
+    other = await store.topology.run(LEASE, keys, args._replace(holder="someone-else"), new)
     assert other == []  # another holder's ids are never answered with this lease
     nxt = await store.lease("compile", "w2", 103.0, 30.0)
     assert nxt is not None and nxt.request_id == "r2"

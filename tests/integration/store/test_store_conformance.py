@@ -19,14 +19,15 @@ import pytest
 
 from distrs.config import StoreSettings
 from distrs.core.history import BatchProfile
-from distrs.core.model import BatchInfo, RequestState, Result, Status
+from distrs.core.model import BatchInfo, Completion, RequestState, Result, Status
 from distrs.core.priority import QueuePolicy
-from distrs.store.base import CompleteOutcome, CompletionItem, NewRequest, QueueStore
+from distrs.store.base import CompleteOutcome, NewRequest, QueueStore
 from distrs.store.errors import (
     BatchConflict,
     BatchFull,
     LeaseExpired,
     LeaseNotYours,
+    NoNextStage,
     StoreError,
     UnknownBatch,
     UnknownLease,
@@ -35,6 +36,8 @@ from distrs.store.memory import MemoryStore
 from distrs.store.redis import RedisStore
 
 SPAN = 600.0
+# the route of the requests here (a synthetic request's that spends time at both stages)
+ROUTE = ("compile", "execute")
 MakeStore = Callable[..., Awaitable[QueueStore]]
 
 
@@ -106,7 +109,7 @@ def req(rid: str, task: str = "t", batch: str = "b", tenant: str = "default", st
         batch_id=batch,
         request_id=rid,
         reward_type="synthetic",
-        first_stage=stage,
+        route=list(ROUTE[ROUTE.index(stage) :]) if stage in ROUTE else [stage],
         payload=payload or {"n": rid},
     )
 
@@ -202,7 +205,7 @@ async def test_request_id_is_idempotent_per_task_across_batches(store: QueueStor
     assert (await store.submit([req("r1", batch="b1")], 101.0)).accepted == ["r1"]
     lease = await store.lease("compile", "w", 102.0, 30.0)
     assert lease is not None and lease.request_id == "r1"
-    await store.complete(lease.lease_id, "w", 103.0, 1.0, None, None, ok("r1"), "final")
+    await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=ok("r1")), "w", 103.0)
     again = await store.submit([req("r1", batch="b2"), req("r2", batch="b2")], 104.0)
     assert again.accepted == ["r2"] and again.duplicates == ["r1"]
     b2 = await store.get_batch("t", "b2")
@@ -293,7 +296,9 @@ async def test_lease_heartbeat_complete(store: QueueStore) -> None:
     assert await store.heartbeat(lease.lease_id, "w1", 120.0, 30.0) == pytest.approx(150.0)
     held = await store.get_lease(lease.lease_id)  # type: ignore[attr-defined]
     assert held is not None and held.model_dump() == {**lease.model_dump(), "deadline": pytest.approx(150.0)}
-    out = await store.complete(lease.lease_id, "w1", 140.0, 2.5, None, None, ok("r1", 0.75), "final")
+    out = await store.complete(
+        Completion(lease_id=lease.lease_id, run_s=2.5, result=ok("r1", 0.75)), "w1", 140.0
+    )
     assert out.batch_completed
     assert out.request.state is RequestState.DONE and out.request.result is not None
     assert await store.get_lease(lease.lease_id) is None  # type: ignore[attr-defined]
@@ -304,7 +309,7 @@ async def test_lease_heartbeat_complete(store: QueueStore) -> None:
     assert [(s.name, s.worker, s.outcome) for s in st] == [("compile", "w1", "final")]
     assert st[0].queued_s == pytest.approx(2.0) and st[0].run_s == pytest.approx(2.5)
     with pytest.raises(UnknownLease):  # finished leases no longer exist
-        await store.complete(lease.lease_id, "w1", 141.0, 1.0, None, None, ok("r1"), "final")
+        await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=ok("r1")), "w1", 141.0)
 
 
 async def test_lease_errors(store: QueueStore) -> None:
@@ -319,12 +324,12 @@ async def test_lease_errors(store: QueueStore) -> None:
         await store.heartbeat(lease.lease_id, "w2", 103.0, 10.0)
     assert e2.value.status == 403
     with pytest.raises(LeaseNotYours):
-        await store.complete(lease.lease_id, "w2", 103.0, 1.0, None, None, ok(), "final")
+        await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=ok()), "w2", 103.0)
     with pytest.raises(LeaseExpired) as e3:
         await store.heartbeat(lease.lease_id, "w1", 113.0, 10.0)
     assert e3.value.status == 409
     with pytest.raises(LeaseExpired):
-        await store.complete(lease.lease_id, "w1", 113.0, 1.0, None, None, ok(), "final")
+        await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=ok()), "w1", 113.0)
     rec = await store.get_request("t", "r1")
     assert rec is not None and rec.state is RequestState.RUNNING and rec.result is None
 
@@ -381,13 +386,15 @@ async def test_multi_stage_with_artifacts(store: QueueStore) -> None:
     await store.submit([req("r1")], 100.0)
     c = await store.lease("compile", "wc", 101.0, 30.0)
     assert c is not None and c.artifacts == {}
-    out = await store.complete(c.lease_id, "wc", 104.0, 3.0, "execute", {"binary": "QUJD"}, None, "next")
+    out = await store.complete(
+        Completion(lease_id=c.lease_id, outcome="next", run_s=3.0, artifacts={"binary": "QUJD"}), "wc", 104.0
+    )
     assert not out.batch_completed
     assert out.request.stage == "execute" and out.request.state is RequestState.QUEUED
     assert await store.lease("compile", "wc", 104.0, 30.0) is None
     x = await store.lease("execute", "wx", 106.0, 30.0)
     assert x is not None and x.artifacts == {"binary": "QUJD"} and x.attempt == 1
-    done = await store.complete(x.lease_id, "wx", 110.0, 4.0, None, None, ok("r1"), "final")
+    done = await store.complete(Completion(lease_id=x.lease_id, run_s=4.0, result=ok("r1")), "wx", 110.0)
     assert done.batch_completed
     rec = await store.get_request("t", "r1")
     assert rec is not None and rec.result is not None
@@ -404,9 +411,89 @@ async def test_final_without_result_is_internal_error(store: QueueStore) -> None
     await store.submit([req("r1")], 100.0)
     lease = await store.lease("compile", "w", 101.0, 30.0)
     assert lease is not None
-    await store.complete(lease.lease_id, "w", 102.0, 1.0, None, None, None, "final")
+    await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0), "w", 102.0)
     rec = await store.get_request("t", "r1")
     assert rec is not None and rec.result is not None and rec.result.status is Status.INTERNAL_ERROR
+
+
+async def test_next_follows_the_route_given_at_submit(store: QueueStore) -> None:
+    """The route decided at submit is the request's: ``next`` takes it to the stage after the
+    current one on it (here one that skips ``execute``), and the record carries it."""
+    await register(store, size=1)
+    routed = req("r1").model_copy(update={"route": ["compile", "verify"]})
+    await store.submit([routed], 100.0)
+    rec = await store.get_request("t", "r1")
+    assert rec is not None and rec.route == ["compile", "verify"] and rec.stage == "compile"
+    lease = await store.lease("compile", "w", 101.0, 30.0)
+    assert lease is not None
+    out = await store.complete(Completion(lease_id=lease.lease_id, outcome="next", run_s=1.0), "w", 102.0)
+    assert out.next_stage == "verify" and out.request.stage == "verify"
+    assert out.request.route == ["compile", "verify"]
+    assert await store.lease("execute", "w", 103.0, 30.0) is None
+    held = await store.lease("verify", "w", 103.0, 30.0)
+    assert held is not None and held.request_id == "r1"
+    done = await store.complete(Completion(lease_id=held.lease_id, run_s=1.0, result=ok("r1")), "w", 104.0)
+    assert done.next_stage is None and done.batch_completed
+    assert done.request.result is not None
+    assert [s.name for s in done.request.result.stages] == ["compile", "verify"]
+
+
+async def test_next_at_the_end_of_the_route_is_refused_and_changes_nothing(store: QueueStore) -> None:
+    await register(store, size=2)
+    await store.submit([req("r1", stage="execute"), req("r2", stage="verify")], 100.0)
+    lease = await store.lease("execute", "w", 101.0, 30.0)
+    assert lease is not None
+    before = await store.get_request("t", "r1")
+    with pytest.raises(NoNextStage) as refused:
+        await store.complete(Completion(lease_id=lease.lease_id, outcome="next", run_s=1.0), "w", 102.0)
+    assert refused.value.status == 422 and refused.value.details == {"field": "outcome"}
+    assert "'execute'" in refused.value.message
+    assert await store.get_request("t", "r1") == before  # still running, no stage record
+    assert await store.get_lease(lease.lease_id) == lease  # still held, as it was
+    # a bundle: the refused item answers for itself, the others land
+    other = await store.lease("verify", "w", 103.0, 30.0)
+    assert other is not None
+    items = [Completion(lease_id=lease.lease_id, outcome="next"), final(other.lease_id, "r2")]
+    refused_item, landed = await store.complete_many(items, "w", 104.0)
+    assert isinstance(refused_item, NoNextStage)
+    assert isinstance(landed, CompleteOutcome) and landed.request.result is not None
+    out = await store.complete(final(lease.lease_id, "r1"), "w", 105.0)
+    assert out.batch_completed and out.request.stages[-1].outcome == "final"
+
+
+async def test_store_route_only_where_none_is_stored(store: QueueStore) -> None:
+    """A request of a release that stored its first stage only (in Redis a hash without
+    ``route``: the very hash submit writes for a route of one stage) is refused ``next``; once
+    its route is stored, the same ``next`` moves it on and it finishes. A stored route is never
+    replaced, a route of one stage is not stored, and an unknown request is not created."""
+    await register(store, size=2)
+    await store.submit([req("old").model_copy(update={"route": ["compile"]}), req("new")], 100.0)
+    if isinstance(store, RedisStore):
+        client: Any = store.topology.client
+        assert not await client.hexists(store.keys.request("t", "old"), "route")
+    lease = await store.lease("compile", "w", 101.0, 30.0)
+    assert lease is not None and lease.request_id == "old"
+    nxt = Completion(lease_id=lease.lease_id, outcome="next", run_s=1.0, artifacts={"bin": "x"})
+    with pytest.raises(NoNextStage):
+        await store.complete(nxt, "w", 102.0)
+    assert not await store.store_route("t", "old", ["compile"])  # one stage: stored as none
+    assert await store.store_route("t", "old", ["compile", "execute"])
+    assert not await store.store_route("t", "old", ["compile", "verify"])  # kept, not replaced
+    rec = await store.get_request("t", "old")
+    assert rec is not None and rec.route == ["compile", "execute"] and rec.stage == "compile"
+    assert rec.state is RequestState.RUNNING and rec.stages == []  # nothing else changed
+    out = await store.complete(nxt, "w", 103.0)
+    assert out.next_stage == "execute" and out.request.artifacts == {"bin": "x"}
+    held = await store.lease("execute", "w", 104.0, 30.0)
+    assert held is not None and held.request_id == "old" and held.artifacts == {"bin": "x"}
+    done = await store.complete(final(held.lease_id, "old"), "w", 105.0)
+    assert done.request.result is not None and done.request.result.status is Status.OK
+    assert [s.name for s in done.request.result.stages] == ["compile", "execute"]
+    assert not await store.store_route("t", "new", ["compile", "verify"])  # has its own
+    rec = await store.get_request("t", "new")
+    assert rec is not None and rec.route == list(ROUTE)
+    assert not await store.store_route("t", "gone", ["compile", "execute"])
+    assert await store.get_request("t", "gone") is None
 
 
 # results, history, events ---------------------------------------------------------------------
@@ -420,12 +507,12 @@ async def test_results_in_submission_order(store: QueueStore) -> None:
     for lease, score in zip(reversed(leases), (0.3, 0.2), strict=False):  # c then b finish first
         assert lease is not None
         await store.complete(
-            lease.lease_id, "w", 102.0, 1.0, None, None, ok(lease.request_id, score), "final"
+            Completion(lease_id=lease.lease_id, run_s=1.0, result=ok(lease.request_id, score)), "w", 102.0
         )
     res = await store.batch_results("t", "b")
     assert [(r.request_id, r.score) for r in res] == [("b", 0.2), ("c", 0.3)]
     assert leases[0] is not None
-    await store.complete(leases[0].lease_id, "w", 103.0, 1.0, None, None, ok("a", 0.1), "final")
+    await store.complete(Completion(lease_id=leases[0].lease_id, run_s=1.0, result=ok("a", 0.1)), "w", 103.0)
     assert [r.request_id for r in await store.batch_results("t", "b")] == ["a", "b", "c"]
     assert await store.batch_results("t", "unknown") == []
 
@@ -439,7 +526,7 @@ async def _run_batch(store: QueueStore, batch: str, now: float, durations: dict[
         lease = await store.lease("compile", "w", t, 60.0)
         assert lease is not None and lease.request_id == rid
         t += dur
-        await store.complete(lease.lease_id, "w", t, dur, None, None, ok(rid), "final")
+        await store.complete(Completion(lease_id=lease.lease_id, run_s=dur, result=ok(rid)), "w", t)
 
 
 async def test_batch_completion_history_event_and_extra_delay(store: QueueStore) -> None:
@@ -507,7 +594,7 @@ async def test_snapshot_contents(store: QueueStore) -> None:
     await store.submit([req("r1"), req("r2"), req("r3")], 100.0)
     lease = await store.lease("compile", "w", 102.0, 30.0)
     assert lease is not None
-    await store.complete(lease.lease_id, "w", 104.0, 2.0, "execute", None, None, "next")
+    await store.complete(Completion(lease_id=lease.lease_id, outcome="next", run_s=2.0), "w", 104.0)
     lease2 = await store.lease("compile", "w", 105.0, 30.0)
     assert lease2 is not None
     snap = await store.snapshot(110.0)
@@ -534,7 +621,11 @@ async def test_snapshot_shows_the_stage_times_of_finished_requests(store: QueueS
         lease = await store.lease(stage, "w", start, 30.0)
         assert lease is not None
         result, status = (None, "next") if then else (ok(), "final")
-        await store.complete(lease.lease_id, "w", start + run_s, run_s, then, None, result, status)
+        await store.complete(
+            Completion(lease_id=lease.lease_id, outcome=status, run_s=run_s, result=result),
+            "w",
+            start + run_s,
+        )
     before = {
         b.batch.batch_id: b for b in (await store.snapshot(110.0, finished_types={"synthetic"})).batches
     }["b"]
@@ -605,7 +696,7 @@ async def test_wait_batch_wakes_on_result(store: QueueStore) -> None:
     t0 = loop.time()
     waiter = asyncio.create_task(store.wait_batch("t", "b", 5.0))
     await asyncio.sleep(0.05)
-    await store.complete(lease.lease_id, "w", 102.0, 1.0, None, None, ok("r1"), "final")
+    await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=ok("r1")), "w", 102.0)
     await asyncio.wait_for(waiter, 3.0)
     assert loop.time() - t0 < 0.9
     assert [r.request_id for r in await store.batch_results("t", "b")] == ["r1"]
@@ -622,11 +713,11 @@ async def test_wait_batch_until_complete_is_not_woken_by_each_result(store: Queu
     loop = asyncio.get_running_loop()
     waiter = asyncio.create_task(store.wait_batch("t", "b", 5.0, until_complete=True))
     await asyncio.sleep(0.05)
-    await store.complete(first.lease_id, "w", 102.0, 1.0, None, None, ok("r1"), "final")
+    await store.complete(Completion(lease_id=first.lease_id, run_s=1.0, result=ok("r1")), "w", 102.0)
     await asyncio.sleep(0.1)
     assert not waiter.done()  # one result of two: not complete
     t0 = loop.time()
-    await store.complete(second.lease_id, "w", 103.0, 1.0, None, None, ok("r2"), "final")
+    await store.complete(Completion(lease_id=second.lease_id, run_s=1.0, result=ok("r2")), "w", 103.0)
     await asyncio.wait_for(waiter, 3.0)
     assert loop.time() - t0 < 0.9  # woken by the completion, not by the re-check interval
     batch = await store.get_batch("t", "b")
@@ -640,7 +731,7 @@ async def test_a_completion_between_the_read_and_the_wait_is_not_missed(store: Q
     assert lease is not None
     batch = await store.get_batch("t", "b")
     assert batch is not None and not batch.complete
-    await store.complete(lease.lease_id, "w", 102.0, 1.0, None, None, ok("r1"), "final")
+    await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=ok("r1")), "w", 102.0)
     await asyncio.sleep(0.05)  # the wake-up has come and gone
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -679,11 +770,15 @@ async def test_lease_belongs_to_the_credential_that_took_it(store: QueueStore) -
             await store.heartbeat(lease.lease_id, intruder, 102.0, 10.0)
         assert err.value.details == {"field": "lease_id"}
         with pytest.raises(LeaseNotYours):
-            await store.complete(lease.lease_id, intruder, 102.0, 1.0, None, None, ok("r1", 0.0), "final")
+            await store.complete(
+                Completion(lease_id=lease.lease_id, run_s=1.0, result=ok("r1", 0.0)), intruder, 102.0
+            )
         with pytest.raises(LeaseNotYours):
             await store.release(lease.lease_id, intruder, 102.0)
     assert await store.heartbeat(lease.lease_id, "tok-a", 103.0, 10.0) == pytest.approx(113.0)
-    out = await store.complete(lease.lease_id, "tok-a", 104.0, 1.0, None, None, ok("r1", 0.5), "final")
+    out = await store.complete(
+        Completion(lease_id=lease.lease_id, run_s=1.0, result=ok("r1", 0.5)), "tok-a", 104.0
+    )
     assert out.request.result is not None and out.request.result.score == 0.5
     assert [s.worker for s in out.request.stages] == ["w1"]  # the display name is kept
     other = await store.lease("compile", "w2", 105.0, 10.0, holder="tok-b")
@@ -702,18 +797,24 @@ async def test_late_holder_is_fenced_off_before_and_after_the_requeue(store: Que
     with pytest.raises(LeaseExpired):
         await store.heartbeat(old.lease_id, "tok-old", 108.0, 6.0)
     with pytest.raises(LeaseExpired):
-        await store.complete(old.lease_id, "tok-old", 108.0, 7.0, None, None, ok("r1", 0.0), "final")
+        await store.complete(
+            Completion(lease_id=old.lease_id, run_s=7.0, result=ok("r1", 0.0)), "tok-old", 108.0
+        )
     assert await store.requeue_expired(108.5, max_attempts=3) == [("r1", "compile")]
     new = await store.lease("compile", "new", 109.0, 6.0, holder="tok-new")
     assert new is not None and new.request_id == "r1" and new.attempt == 2
     # after the requeue the old lease no longer exists, while the new one runs and after it ended
     for at in (110.0, 112.0):
         with pytest.raises(UnknownLease):
-            await store.complete(old.lease_id, "tok-old", at, 9.0, None, None, ok("r1", 0.0), "final")
+            await store.complete(
+                Completion(lease_id=old.lease_id, run_s=9.0, result=ok("r1", 0.0)), "tok-old", at
+            )
         with pytest.raises(UnknownLease):
             await store.heartbeat(old.lease_id, "tok-old", at, 6.0)
         if at == 110.0:
-            await store.complete(new.lease_id, "tok-new", 111.0, 2.0, None, None, ok("r1", 1.0), "final")
+            await store.complete(
+                Completion(lease_id=new.lease_id, run_s=2.0, result=ok("r1", 1.0)), "tok-new", 111.0
+            )
     rec = await store.get_request("t", "r1")
     assert rec is not None and rec.result is not None
     assert (rec.result.score, [s.worker for s in rec.result.stages]) == (1.0, ["new"])
@@ -731,7 +832,9 @@ async def test_a_new_task_takes_its_prior_from_recent_batches_of_its_type(store:
     for rid, start, run_s in (("r1", 101.0, 3.0), ("r2", 102.0, 4.0)):
         lease = await store.lease("compile", "w", start, 30.0)
         assert lease is not None and lease.request_id == rid
-        await store.complete(lease.lease_id, "w", start + run_s, run_s, None, None, ok(rid), "final")
+        await store.complete(
+            Completion(lease_id=lease.lease_id, run_s=run_s, result=ok(rid)), "w", start + run_s
+        )
     busy = await store.get_batch("busy", "b")
     assert busy is not None and busy.complete and busy.earliest_completion == pytest.approx(106.0)
     # a new task of the same type is estimated like it, not at the 600 s default
@@ -748,8 +851,8 @@ async def test_a_new_task_takes_its_prior_from_recent_batches_of_its_type(store:
 # lease bundles -------------------------------------------------------------------------------
 
 
-def final(lease_id: str, rid: str, score: float = 1.0, run_s: float = 1.0) -> CompletionItem:
-    return CompletionItem(lease_id=lease_id, run_s=run_s, result=ok(rid, score), outcome="final")
+def final(lease_id: str, rid: str, score: float = 1.0, run_s: float = 1.0) -> Completion:
+    return Completion(lease_id=lease_id, run_s=run_s, result=ok(rid, score), outcome="final")
 
 
 async def test_bundle_takes_the_top_k_in_queue_order(store: QueueStore) -> None:
@@ -792,9 +895,7 @@ async def test_bundle_completion_is_per_request_never_all_or_nothing(store: Queu
     b = await store.lease("compile", "wb", 101.0, 10.0, holder="tok-b")
     assert [x.request_id for x in a] == ["r1", "r2", "r3"] and b is not None
     items = [
-        CompletionItem(
-            lease_id=a[0].lease_id, run_s=2.0, next_stage="execute", artifacts={"bin": "QQ=="}, outcome="next"
-        ),
+        Completion(lease_id=a[0].lease_id, run_s=2.0, artifacts={"bin": "QQ=="}, outcome="next"),
         final(a[1].lease_id, "r2", 0.5),
         final(b.lease_id, "r4", 0.0),  # another holder's lease inside the bundle
         final("nope", "r9"),
@@ -813,7 +914,9 @@ async def test_bundle_completion_is_per_request_never_all_or_nothing(store: Queu
     err = out[2]
     assert isinstance(err, StoreError) and err.details == {"field": "lease_id"}
     # the refused lease is untouched: its own holder finishes it and the batch is not done yet
-    done = await store.complete(b.lease_id, "tok-b", 104.0, 1.0, None, None, ok("r4", 1.0), "final")
+    done = await store.complete(
+        Completion(lease_id=b.lease_id, run_s=1.0, result=ok("r4", 1.0)), "tok-b", 104.0
+    )
     assert not done.batch_completed
     x = await store.lease_many("execute", "wx", 105.0, 10.0, 8)
     assert [y.request_id for y in x] == ["r1"] and x[0].artifacts == {"bin": "QQ=="}
@@ -893,14 +996,16 @@ async def test_tenant_usage_counts_unfinished_requests_and_kept_result_bytes(sto
 
     one = await store.lease("compile", "w", 103.0, 30.0)
     assert one is not None
-    await store.complete(one.lease_id, "w", 104.0, 1.0, None, None, ok(one.request_id, 0.5), "final")
+    await store.complete(
+        Completion(lease_id=one.lease_id, run_s=1.0, result=ok(one.request_id, 0.5)), "w", 104.0
+    )
     u = await store.tenant_usage("alice", 104.0)
     sizes = [len(r.model_dump_json()) for r in await store.batch_results("alice/t", "b")]
     assert (u.queued, u.result_bytes, u.next_expiry) == (2, sum(sizes), None)  # batch still running
 
     two = await store.lease_many("compile", "w", 105.0, 30.0, k=2)
     assert len(two) == 2
-    items = [CompletionItem(lease_id=x.lease_id, run_s=1.0, result=ok(x.request_id)) for x in two]
+    items = [Completion(lease_id=x.lease_id, run_s=1.0, result=ok(x.request_id)) for x in two]
     await store.complete_many(items, "w", 106.0)
     sizes = [len(r.model_dump_json()) for r in await store.batch_results("alice/t", "b")]
     for exact in (False, True):
@@ -938,9 +1043,11 @@ async def test_tenant_usage_exact_repairs_counters_a_crash_left_off(store: Queue
     await store.register_batch(BatchInfo(tenant="alice", task="alice/t", batch_id="b", size=2), 100.0)
     await store.submit([alice("r1"), alice("r2")], 101.0)
     if isinstance(store, RedisStore):  # as if five completions' decrements had been lost
-        await store._r.hincrby(store.keys.usage_queued("alice"), store.keys.batch("alice/t", "b"), 5)
-        await store._r.hincrby(store.keys.usage_totals("alice"), "queued", 5)
-        await store._r.hincrby(store.keys.usage_totals("alice"), "bytes", 999)
+        await store.topology.client.hincrby(
+            store.keys.usage_queued("alice"), store.keys.batch("alice/t", "b"), 5
+        )
+        await store.topology.client.hincrby(store.keys.usage_totals("alice"), "queued", 5)
+        await store.topology.client.hincrby(store.keys.usage_totals("alice"), "bytes", 999)
         assert (await store.tenant_usage("alice", 102.0)).result_bytes == 999
         assert (await store.tenant_usage("alice", 102.0)).queued == 7
     for exact in (True, False):  # repaired for the fast path too
@@ -959,6 +1066,6 @@ async def test_tenant_usage_counts_each_task_of_a_bulk_call(store: QueueStore) -
     assert (await store.tenant_usage("alice", 103.0)).queued == 2
     lease = await store.lease("compile", "w", 103.0, 30.0)
     assert lease is not None and lease.task == "alice/t"
-    await store.complete(lease.lease_id, "w", 104.0, 1.0, None, None, ok("r1"), "final")
+    await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=ok("r1")), "w", 104.0)
     for exact in (False, True):
         assert (await store.tenant_usage("alice", 105.0, exact=exact)).queued == 1

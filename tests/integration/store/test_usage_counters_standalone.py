@@ -24,8 +24,8 @@ import redis.asyncio as aioredis
 from pydantic import TypeAdapter
 
 from distrs.config import StoreSettings
-from distrs.core.model import BatchInfo, Result, Status
-from distrs.store.base import CompletionItem, NewRequest, TenantUsage
+from distrs.core.model import BatchInfo, Completion, Result, Status
+from distrs.store.base import NewRequest, TenantUsage
 from distrs.store.redis import RedisStore
 from tests.fixtures.redis_server import RedisServer
 
@@ -42,7 +42,7 @@ async def store(redis_server: RedisServer) -> AsyncIterator[RedisStore]:
     settings = StoreSettings.model_validate({"redis_url": url, "result_ttl_s": TTL})
     s = RedisStore.from_url(url, settings, namespace=f"u-{uuid.uuid4().hex[:12]}")
     await s.start()
-    assert not s.cluster
+    assert not s.keys.cluster
     yield s
     await s.flush_namespace()
     await s.close()
@@ -51,12 +51,12 @@ async def store(redis_server: RedisServer) -> AsyncIterator[RedisStore]:
 def _req(rid: str, batch: str, stage: str = "s1", tenant: str = TENANT) -> NewRequest:
     return NewRequest(
         tenant=tenant, task=f"{tenant}/t", batch_id=batch, request_id=rid, reward_type="synthetic",
-        first_stage=stage, payload={},
+        route=[stage, "s2"], payload={},
     )  # fmt: skip
 
 
 async def _counters(s: RedisStore, tenant: str = TENANT) -> dict[str, Any]:
-    k, r = s.keys, s._r
+    k, r = s.keys, s.topology.client
     return {
         "queued": await r.hgetall(k.usage_queued(tenant)),
         "bytes": {b: int(v) for b, v in (await r.hgetall(k.usage_bytes(tenant))).items()},
@@ -89,13 +89,17 @@ async def test_every_standalone_script_moves_the_counters_it_must(store: RedisSt
     # r0: a stage that moves it on changes nothing; its final result at the next stage counts
     lease = await store.lease("s1", "w/ö", 102.0, 30.0)
     assert lease is not None and lease.request_id == "r0"
-    await store.complete(lease.lease_id, "w/ö", 102.7, 0.1, "s2", {"bin": "x"}, None, "next")
+    await store.complete(
+        Completion(lease_id=lease.lease_id, outcome="next", run_s=0.1, artifacts={"bin": "x"}), "w/ö", 102.7
+    )
     assert await _counters(store) == got
     lease = await store.lease("s2", "wörker/2", 103.3, 30.0)
     assert lease is not None and lease.request_id == "r0"
     detail = {"x": 0.1, "big": 1e16, "tiny": 2e-7, "text": 'é/ü "q"\n\u2028😀', "n": [1, 2.5]}
     result = Result(request_id="r0", status=Status.OK, score=1 / 3, detail=detail)
-    await store.complete(lease.lease_id, "wörker/2", 104.1, 0.30000000000000004, None, None, result, "final")
+    await store.complete(
+        Completion(lease_id=lease.lease_id, run_s=0.30000000000000004, result=result), "wörker/2", 104.1
+    )
     got = await _counters(store)
     assert got["queued"] == {b1: "2", b2: "2", b3: "1"}
     assert got["bytes"] == {b1: await _sizes(store, "b1")}
@@ -106,7 +110,7 @@ async def test_every_standalone_script_moves_the_counters_it_must(store: RedisSt
     leases = [await store.lease("s1", "w", 105.0, 30.0) for _ in range(3)]
     assert [le.request_id for le in leases if le is not None] == ["r1", "r2", "q1"]
     items = [
-        CompletionItem(lease_id=le.lease_id, run_s=0.25, result=Result(request_id=le.request_id,
+        Completion(lease_id=le.lease_id, run_s=0.25, result=Result(request_id=le.request_id,
                        status=Status.WRONG_ANSWER, detail={"i": i}))
         for i, le in enumerate(leases) if le is not None
     ]  # fmt: skip
@@ -122,7 +126,7 @@ async def test_every_standalone_script_moves_the_counters_it_must(store: RedisSt
     # r3 completes alone; r4 (stage "s1/x") is ended by the reaper, which completes b2
     lease = await store.lease("s1", "w", 107.0, 30.0)
     assert lease is not None and lease.request_id == "r3"
-    await store.complete(lease.lease_id, "w", 107.5, 1.0, None, None, Result(request_id="r3", status=Status.OK), "final")  # fmt: skip
+    await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=Result(request_id="r3", status=Status.OK)), "w", 107.5)  # fmt: skip
     lease = await store.lease("s1/x", "w", 108.0, 2.0)
     assert lease is not None and lease.request_id == "r4"
     assert await store.requeue_expired(111.0, max_attempts=1) == [("r4", "s1/x")]

@@ -515,7 +515,7 @@ def test_the_sentinel_env_the_chart_renders_is_what_the_store_accepts(rendered: 
     """Every DISTRS_* variable is a declared setting, and the URL built from the values (with the
     password Kubernetes puts in) passes the store's own validation in sentinel mode."""
     from distrs.config import PlannerSettings, ProxySettings, SessionSettings
-    from distrs.sentinel_url import parse_sentinel_url
+    from distrs.store.sentinel_url import parse_sentinel_url
 
     sessions = {f"DISTRS_SESSION_{n.upper()}" for n in SessionSettings.model_fields}
     for component, cls in (("proxy", ProxySettings), ("planner", PlannerSettings)):

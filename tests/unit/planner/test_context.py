@@ -4,7 +4,7 @@ for reward types without history."""
 from __future__ import annotations
 
 from distrs.core.history import BatchProfile, RequestProfile
-from distrs.core.model import BatchInfo, Result, Status
+from distrs.core.model import BatchInfo, Completion, Result, Status
 from distrs.core.pipeline_config import load_pipelines
 from distrs.planner.context import build_context, reward_types_without_history
 from distrs.scaling.context import ActiveBatch, PolicyOptions
@@ -19,7 +19,7 @@ def request(rid: str, task: str, batch: str, reward_type: str = "synthetic") -> 
         batch_id=batch,
         request_id=rid,
         reward_type=reward_type,
-        first_stage="run",
+        route=["run"],
         payload={},
     )
 
@@ -28,7 +28,7 @@ async def finish_one(store: MemoryStore, now: float) -> None:
     lease = await store.lease("run", "w", now, 30.0)
     assert lease is not None
     res = Result(request_id=lease.request_id, status=Status.OK, score=1.0)
-    await store.complete(lease.lease_id, "w", now + 2.0, 2.0, None, None, res, "final")
+    await store.complete(Completion(lease_id=lease.lease_id, run_s=2.0, result=res), "w", now + 2.0)
 
 
 async def context(store: MemoryStore, now: float):  # type: ignore[no-untyped-def]

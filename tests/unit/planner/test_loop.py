@@ -7,7 +7,7 @@ from typing import Any
 
 from distrs.actuators.base import StageReplicas
 from distrs.config import PlannerSettings
-from distrs.core.model import BatchInfo
+from distrs.core.model import BatchInfo, Completion
 from distrs.core.pipeline_config import load_pipelines
 from distrs.planner.loop import Planner
 from distrs.scaling.context import Decision, PlanContext
@@ -66,7 +66,7 @@ async def test_batch_registration_triggers_a_plan_with_live_state() -> None:
                 batch_id="b",
                 request_id="r",
                 reward_type="synthetic",
-                first_stage="compile",
+                route=["compile"],
                 payload={},
             )
         ],
@@ -130,7 +130,7 @@ async def test_histories_of_known_tasks_reach_the_policy() -> None:
                 batch_id="b0",
                 request_id="r",
                 reward_type="synthetic",
-                first_stage="compile",
+                route=["compile"],
                 payload={},
             )
         ],
@@ -142,7 +142,9 @@ async def test_histories_of_known_tasks_reach_the_policy() -> None:
     from distrs.core.model import Result, Status
 
     await store.complete(
-        ls.lease_id, "w", 105.0, 4.0, None, None, Result(request_id="r", status=Status.OK), "final"
+        Completion(lease_id=ls.lease_id, run_s=4.0, result=Result(request_id="r", status=Status.OK)),
+        "w",
+        105.0,
     )
     await store.register_batch(BatchInfo(task="new", batch_id="b0", size=1), 110.0)
     await p.run_once(0)

@@ -1,4 +1,4 @@
-"""The proxy's hot path (``proxy/hot_path.py``): its routes skip FastAPI's per-call layers, and
+"""The proxy's hot path (``proxy/dispatch.py``): its routes skip FastAPI's per-call layers, and
 still answer errors, oversize bodies and wrong methods exactly as the full stack does."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from distrs.config import ProxySettings
 from distrs.proxy.app import create_app
-from distrs.proxy.hot_path import ProxyApp
+from distrs.proxy.dispatch import ProxyApp
 from distrs.store.errors import Unavailable
 from distrs.store.memory import MemoryStore
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from distrs.core.model import RequestState, Status
 from distrs.store.base import NewRequest
 from tests.unit.proxy.conftest import Api
@@ -25,7 +27,7 @@ async def _submit_direct(api: Api, rid: str, payload: dict[str, Any], size: int 
         batch_id="b1",
         request_id=rid,
         reward_type="synthetic",
-        first_stage="compile",
+        route=["compile", "execute"],  # the route the proxy gives a synthetic request
         payload=payload,
     )
     assert (await api.store.submit([new], api.clock.t)).accepted == [rid]
@@ -235,3 +237,52 @@ async def test_bulk_submit_and_bundle_completion_record_every_request_in_the_met
     assert _metric(text, "distrs_stage_queue_seconds_count", 'stage="compile"') == 4
     assert _metric(text, "distrs_worker_seconds_busy_total", 'stage="compile"') == 1.0
     assert _metric(text, "distrs_batch_extra_delay_seconds_count", "") == 1  # the batch, once
+
+
+async def test_next_goes_where_the_route_given_at_submit_says_reading_nothing_first(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Submission decides a request's whole route (a synthetic request skips the stages its
+    payload gives no time); a completion only says ``next``: the store moves it on, and the
+    proxy reads nothing about the lease or the request before. Only a refused ``next`` reads the
+    lease, once, to tell a request of a release that stored no route (``route_backfill.py``)."""
+    r = await api.trainer.post("/v1/batches", json={"task": "t1", "batch_id": "b1", "size": 2})
+    assert r.status_code == 201, r.text
+    both = {"durations": {"compile": 1.0, "execute": 1.0}}
+    reqs = [
+        {"task": "t1", "batch_id": "b1", "request_id": "two", "reward_type": "synthetic", "payload": both},
+        {"task": "t1", "batch_id": "b1", "request_id": "one", "reward_type": "synthetic",
+         "payload": {"durations": {"compile": 1.0}}},
+    ]  # fmt: skip
+    assert (await api.trainer.post("/v1/requests", json={"requests": reqs})).status_code == 202
+
+    async def unread(lease_id: str) -> None:
+        raise AssertionError("a completion read the lease")
+
+    get_lease = api.store.get_lease
+    monkeypatch.setattr(api.store, "get_lease", unread)
+    two, one = (await _bundle(api, 2))["leases"]
+    assert [two["request_id"], one["request_id"]] == ["two", "one"]
+    body = {"worker_id": "w1", "outcome": "next", "run_s": 0.5}
+    r = await api.worker.post(f"/v1/leases/{two['lease_id']}/complete", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["next_stage"] == "execute"
+    reads: list[str] = []
+
+    async def counted(lease_id: str) -> Any:
+        reads.append(lease_id)
+        return await get_lease(lease_id)
+
+    monkeypatch.setattr(api.store, "get_lease", counted)
+    r = await api.worker.post(f"/v1/leases/{one['lease_id']}/complete", json=body)
+    assert r.status_code == 422 and reads == [one["lease_id"]]
+    err = r.json()["error"]
+    assert err["code"] == "no_next_stage" and err["details"] == {"field": "outcome"}
+    assert "'compile'" in err["message"]
+    items = [{"lease_id": one["lease_id"], "outcome": "next"}]
+    r = await api.worker.post("/v1/leases/complete", json={"worker_id": "w1", "items": items})
+    assert r.status_code == 200 and r.json()["items"][0]["error"]["code"] == "no_next_stage"
+    assert reads == [one["lease_id"]] * 2
+    rec = await api.store.get_request(TASK, "one")
+    assert rec is not None and rec.state is RequestState.RUNNING and rec.stages == []  # untouched
+    assert rec.route == ["compile"]

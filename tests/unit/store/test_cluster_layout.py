@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 from redis.crc import key_slot
 
-from distrs.store.keys import Keys, slot_tags
-from distrs.store.redis.cluster import bound_of, by_slot, order_heads
+from distrs.store.keys import ClusterKeys, Keys, slot_tags
+from distrs.store.redis.leases import by_slot
+from distrs.store.redis.topology.cluster import bound_of, order_heads
 
 
 def test_a_tasks_keys_keep_its_name_verbatim_and_share_its_slot() -> None:
-    k = Keys("distrs", cluster=True)
+    k = ClusterKeys("distrs")
     task = "alice/gsm8k:v2"
     tag = "{distrs:t:alice/gsm8k:v2}"
     assert k.task_tag(task) == tag
@@ -28,7 +29,7 @@ def test_a_tasks_keys_keep_its_name_verbatim_and_share_its_slot() -> None:
 
 
 def test_a_brace_in_a_task_name_cannot_end_its_tag_early() -> None:
-    k = Keys("ns", cluster=True)
+    k = ClusterKeys("ns")
     # without escaping, "a}:batch:x" + "b" and "a" + "x}:batch:b" would be the same key
     assert k.batch("a}:batch:x", "b") != k.batch("a", "x}:batch:b")
     assert k.task_tag("a}b{c%") == "{ns:t:a%7Db%7Bc%25}"
@@ -49,7 +50,7 @@ def test_every_slot_has_a_tag() -> None:
 
 
 def test_a_lease_id_that_is_not_ours_names_a_slot_without_failing() -> None:
-    k = Keys("ns", cluster=True)
+    k = ClusterKeys("ns")
     assert k.lease_slot("zzzz-not-hex") == 0
     assert k.lease_slot("ffff1") == 0xFFFF % 16384
 
@@ -73,7 +74,7 @@ def test_by_slot_keeps_input_order_per_slot() -> None:
 
 
 def test_the_fence_of_a_key_is_another_key_of_its_slot() -> None:
-    k = Keys("distrs", cluster=True)
+    k = ClusterKeys("distrs")
     task = "alice/gsm8k"
     slot = k.slot_of(task)
     assert slot is not None

@@ -4,7 +4,7 @@ is a new batch, kept until it too has expired."""
 
 from __future__ import annotations
 
-from distrs.core.model import BatchInfo, Result, Status
+from distrs.core.model import BatchInfo, Completion, Result, Status
 from distrs.store.base import NewRequest
 from distrs.store.memory import MemoryStore
 
@@ -18,7 +18,7 @@ def _req(batch: str, rid: str) -> NewRequest:
         batch_id=batch,
         request_id=rid,
         reward_type="synthetic",
-        first_stage="compile",
+        route=["compile"],
         payload={},
     )
 
@@ -29,7 +29,7 @@ async def _finish(store: MemoryStore, batch: str, rid: str, now: float) -> None:
     lease = await store.lease("compile", "w", now, 30.0)
     assert lease is not None and lease.request_id == rid
     result = Result(request_id=rid, status=Status.OK, score=1.0)
-    out = await store.complete(lease.lease_id, "w", now + 1.0, 1.0, None, None, result, "final")
+    out = await store.complete(Completion(lease_id=lease.lease_id, run_s=1.0, result=result), "w", now + 1.0)
     assert out.batch_completed
 
 

@@ -9,7 +9,7 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
 from distrs.config import StoreSettings
-from distrs.store.redis_client import CONNECTION_CLASSES, HiredisConnection, connect
+from distrs.store.redis.client import CONNECTION_CLASSES, HiredisConnection, connect
 
 CASES: list[tuple[Any, ...]] = [
     ("EVALSHA", "a" * 40, 2, "{distrs}:t:tenant/täsk", b"\x00\xffraw", 1, -7, 2.5, 0.1, 1e20, 1 / 3),

@@ -7,10 +7,10 @@ import pytest
 from pydantic import ValidationError
 
 from distrs.config import RedisMode, StoreSettings
-from distrs.sentinel_url import SentinelTarget, parse_sentinel_url
+from distrs.store.redis.client import keepalive_options
 from distrs.store.redis.replicas import SHORT_OF_REPLICAS_S, ReplicaWait
-from distrs.store.redis_client import keepalive_options
-from distrs.store.redis_sentinel import sentinel_options
+from distrs.store.redis.sentinel import sentinel_options
+from distrs.store.sentinel_url import SentinelTarget, parse_sentinel_url
 
 
 @pytest.mark.parametrize(

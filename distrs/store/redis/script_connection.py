@@ -1,22 +1,22 @@
 """One pipelined connection for the store's script calls (standalone Redis).
 
-Why: every lease, submission and completion is one ``EVALSHA``, and the script batcher
-(``scripts.py``) already sends the calls of an event-loop tick together. Through redis-py's
-asyncio pipeline each such batch still costs a pool checkout under a lock, a command stack, a
+Why: every lease, submission and completion is one ``EVALSHA``, and the script coalescer
+(``coalesce.py``) already sends the calls of an event-loop tick together. Through redis-py's
+asyncio pipeline each such group of calls still costs a pool checkout under a lock, a command stack, a
 drain, and per reply a read under its own timeout context with a response callback: measured
 under load, about as much CPU per lifecycle as the proxy's whole handler for the call. Script
 calls need none of it: their replies come back in the order they were sent, and nothing else
 shares their connection.
 
-So the channel keeps one connection of its own, opened by the client's pool
+So the store keeps one connection of its own, opened by the client's pool
 (``make_connection``: the same URL, password, TLS, database, keepalive and connect timeout as
-every other connection of the store), writes each batch with one ``write`` and has one reader
+every other connection of the store), writes each group of calls with one ``write`` and has one reader
 task hand each reply to its caller, in order, as it arrives (hiredis parses them). Error replies
 come back as redis-py's own exceptions (its parser's ``parse_error``), so a ``NOSCRIPT`` is a
 ``NoScriptError`` and a script's ``DISTRS`` error a ``ResponseError``, as through a pipeline.
 
 A lost connection fails every call in flight with redis-py's ``ConnectionError`` (the store
-answers 503; a call is never sent twice by the channel, so a lease or completion that may have
+answers 503; a call is never sent twice on it, so a lease or completion that may have
 run is retried by its caller, whose retry the scripts answer idempotently or with a clear
 error), and the next call connects again. A caller cancelled while it waits leaves its reply to
 be read and dropped: the connection stays in step.
@@ -42,7 +42,7 @@ from redis.exceptions import InvalidResponse
 DRAIN_ABOVE = 1 << 20
 
 
-class ScriptChannel:
+class ScriptConnection:
     """Pipelined script calls over one connection of ``pool`` (module docstring)."""
 
     def __init__(self, pool: Any) -> None:

@@ -1,14 +1,19 @@
-"""Usage counter updates of submissions and finished requests, merged over one event-loop tick
-(cluster mode: standalone, the transition scripts move the counters themselves, ``usage.py``).
+"""What a transition changed in the tenants' usage and left for the store's usage step to count,
+and the merging of those changes over one event-loop tick.
 
-In cluster mode every final result moves its tenant's usage counters (``usage.py``): five
-commands, packed by redis-py in Python and sent as a pipeline of their own, cost a completion
-more CPU than its Lua script (and a submission's two, a single submission a good part of its
-CPU). Under load many completions land in the same tick (one per worker call), mostly of the
-same few batches, so their deltas are summed per batch and per tenant and sent as one pipeline
-after the tick, as ``scripts.ScriptBatcher`` does for script calls. Each caller still returns only
-once its update has been sent (a quota check right after a completion sees it), and the update is
-sent even if that caller is cancelled meanwhile.
+A store transition (a submission, completions, the expiry sweep) hands back ``UsageDeltas``: per
+(tenant, batch key) the requests it accepted, and the final results it recorded with their
+bytes and, for a batch that completed, when its results expire. The store then counts them as a
+step of its own (``store/composed.py``). Where the transition counted them itself in the same
+atomic step (the memory store; Redis standalone and Sentinel, whose scripts move the counters)
+the deltas are empty. In Redis Cluster the counters live in another slot than the task's, so the
+scripts hand the deltas back and the store writes them (``store/redis/usage.py``).
+
+Under load many completions land in the same tick (one per worker call), mostly of the same few
+batches, so ``DeltaCoalescer`` sums their deltas per batch and per tenant and sends them as one
+pipeline after the tick, as ``redis/coalesce.py`` does for script calls. Each caller still
+returns only once its update has been sent (a quota check right after a completion sees it), and
+the update is sent even if that caller is cancelled meanwhile.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ class UsageDeltas:
     submitted: dict[tuple[str, str], int] = field(default_factory=dict)
     tenants_submitted: dict[str, int] = field(default_factory=dict)
 
+    def __bool__(self) -> bool:
+        return bool(self.batches or self.submitted)
+
     def submit(self, tenant: str, bkey: str, n: int) -> None:
         """``n`` requests of the batch accepted."""
         self.submitted[(tenant, bkey)] = self.submitted.get((tenant, bkey), 0) + n
@@ -61,7 +69,7 @@ class UsageDeltas:
             self.add(tenant, bkey, b.n, b.size, b.expiry)
 
 
-class DeltaBatcher:
+class DeltaCoalescer:
     """Sends the deltas added in one tick with one call of ``send`` (which must not raise)."""
 
     def __init__(self, send: Callable[[UsageDeltas], Awaitable[None]]) -> None:

@@ -1,4 +1,4 @@
-"""The standalone store's script connection (``store/redis/channel.py``) against a real
+"""The standalone store's script connection (``store/redis/script_connection.py``) against a real
 redis-server: replies reach their own callers in order, error replies are redis-py's exceptions,
 a lost connection fails what is in flight and the next call connects again, and a cancelled
 caller does not put the connection out of step."""
@@ -16,8 +16,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from distrs.config import StoreSettings
-from distrs.store.redis.channel import ScriptChannel
-from distrs.store.redis_client import connect
+from distrs.store.redis.client import connect
+from distrs.store.redis.script_connection import ScriptConnection
 from tests.fixtures.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -34,29 +34,31 @@ def _client(server: RedisServer, db: int = 0) -> aioredis.Redis:
 
 
 @contextlib.asynccontextmanager
-async def _channel(server: RedisServer, db: int = 0) -> AsyncIterator[tuple[aioredis.Redis, ScriptChannel]]:
-    """A client of ``server`` and a channel over its pool, both closed afterwards."""
+async def _connection(
+    server: RedisServer, db: int = 0
+) -> AsyncIterator[tuple[aioredis.Redis, ScriptConnection]]:
+    """A client of ``server`` and a connection over its pool, both closed afterwards."""
     client = _client(server, db)
-    channel = ScriptChannel(client.connection_pool)
+    connection = ScriptConnection(client.connection_pool)
     try:
-        yield client, channel
+        yield client, connection
     finally:
-        await channel.close()
+        await connection.close()
         await client.aclose()
 
 
 async def test_replies_reach_their_own_callers_in_order(redis_server: RedisServer) -> None:
-    async with _channel(redis_server) as (_, channel):
+    async with _connection(redis_server) as (_, connection):
         calls = [
-            channel.execute([("EVAL", ECHO, 0, f"{i}-{j}") for j in range(i % 5 + 1)]) for i in range(200)
+            connection.execute([("EVAL", ECHO, 0, f"{i}-{j}") for j in range(i % 5 + 1)]) for i in range(200)
         ]
         got = await asyncio.gather(*calls)
         assert got == [[f"{i}-{j}" for j in range(i % 5 + 1)] for i in range(200)]
 
 
 async def test_error_replies_are_redis_py_exceptions_not_raised(redis_server: RedisServer) -> None:
-    async with _channel(redis_server) as (_, channel):
-        out = await channel.execute(
+    async with _connection(redis_server) as (_, connection):
+        out = await connection.execute(
             [
                 ("EVALSHA", "0" * 40, 0),
                 ("EVAL", "return redis.error_reply('DISTRS x {}')", 0),
@@ -69,9 +71,9 @@ async def test_error_replies_are_redis_py_exceptions_not_raised(redis_server: Re
 
 
 async def test_it_uses_the_clients_database(redis_server: RedisServer) -> None:
-    key = f"channel-{uuid.uuid4().hex}"
-    async with _channel(redis_server, db=3) as (client, channel):
-        assert await channel.execute([("SET", key, "v")]) == ["OK"]
+    key = f"connection-{uuid.uuid4().hex}"
+    async with _connection(redis_server, db=3) as (client, connection):
+        assert await connection.execute([("SET", key, "v")]) == ["OK"]
         assert await client.get(key) == "v"
         other = _client(redis_server, db=0)
         assert await other.get(key) is None
@@ -79,46 +81,48 @@ async def test_it_uses_the_clients_database(redis_server: RedisServer) -> None:
 
 
 async def test_a_killed_connection_fails_what_is_in_flight_then_reconnects(redis_server: RedisServer) -> None:
-    async with _channel(redis_server) as (_, channel):
-        [own] = await channel.execute([("CLIENT", "ID")])
+    async with _connection(redis_server) as (_, connection):
+        [own] = await connection.execute([("CLIENT", "ID")])
         # the server closes the connection after the first command: the second is in flight
         with pytest.raises(RedisConnectionError):
-            await channel.execute([("CLIENT", "KILL", "ID", own, "SKIPME", "no"), ("EVAL", ECHO, 0, "lost")])
-        assert await channel.execute([("EVAL", ECHO, 0, "again")]) == ["again"]
-        [again] = await channel.execute([("CLIENT", "ID")])
+            await connection.execute(
+                [("CLIENT", "KILL", "ID", own, "SKIPME", "no"), ("EVAL", ECHO, 0, "lost")]
+            )
+        assert await connection.execute([("EVAL", ECHO, 0, "again")]) == ["again"]
+        [again] = await connection.execute([("CLIENT", "ID")])
         assert again != own  # a new connection
 
 
 async def test_a_cancelled_caller_leaves_the_connection_in_step(redis_server: RedisServer) -> None:
-    async with _channel(redis_server) as (_, channel):
-        slow = asyncio.create_task(channel.execute([("EVAL", SPIN, 0, "100"), ("EVAL", ECHO, 0, "late")]))
+    async with _connection(redis_server) as (_, connection):
+        slow = asyncio.create_task(connection.execute([("EVAL", SPIN, 0, "100"), ("EVAL", ECHO, 0, "late")]))
         await asyncio.sleep(0.02)
         slow.cancel()
         with pytest.raises(asyncio.CancelledError):
             await slow
-        got = await asyncio.gather(*(channel.execute([("EVAL", ECHO, 0, str(i))]) for i in range(20)))
+        got = await asyncio.gather(*(connection.execute([("EVAL", ECHO, 0, str(i))]) for i in range(20)))
         assert got == [[str(i)] for i in range(20)]
 
 
 async def test_closed_it_refuses_and_opened_it_serves_again(redis_server: RedisServer) -> None:
-    async with _channel(redis_server) as (_, channel):
-        assert await channel.execute([("EVAL", ECHO, 0, "a")]) == ["a"]
-        await channel.close()
+    async with _connection(redis_server) as (_, connection):
+        assert await connection.execute([("EVAL", ECHO, 0, "a")]) == ["a"]
+        await connection.close()
         with pytest.raises(RedisConnectionError):
-            await channel.execute([("EVAL", ECHO, 0, "b")])
-        channel.open()
-        assert await channel.execute([("EVAL", ECHO, 0, "c")]) == ["c"]
+            await connection.execute([("EVAL", ECHO, 0, "b")])
+        connection.open()
+        assert await connection.execute([("EVAL", ECHO, 0, "c")]) == ["c"]
 
 
 async def test_a_server_that_is_gone_is_a_connection_error() -> None:
     url = "redis://127.0.0.1:1/0"
     client = connect(url, StoreSettings.model_validate({"redis_url": url}))
-    channel = ScriptChannel(client.connection_pool)
+    connection = ScriptConnection(client.connection_pool)
     try:
         with pytest.raises(RedisConnectionError):
-            await channel.execute([("EVAL", ECHO, 0, "x")])
+            await connection.execute([("EVAL", ECHO, 0, "x")])
         with pytest.raises(RedisConnectionError):  # and again: no opening is left half done
-            await channel.execute([("EVAL", ECHO, 0, "x")])
+            await connection.execute([("EVAL", ECHO, 0, "x")])
     finally:
-        await channel.close()
+        await connection.close()
         await client.aclose()

@@ -1,5 +1,5 @@
 """The Redis client of sentinel mode: the primary that Redis Sentinel names, followed across
-failovers (``DISTRS_REDIS_MODE=sentinel``; URL form in ``distrs/sentinel_url.py``).
+failovers (``DISTRS_REDIS_MODE=sentinel``; URL form in ``store/sentinel_url.py``).
 
 Why redis-py's Sentinel client rather than a fixed address: after a failover the old primary is
 gone or demoted to a replica, and only the Sentinels know which replica they promoted. redis-py's
@@ -8,12 +8,12 @@ drops idle connections when that address changes, and turns a ``READONLY`` reply
 primary that still answers) into a connection error that closes the connection, so the next
 call connects to the new primary. What fails during the gap (a connection refused by the dead
 primary, ``MasterNotFoundError`` while the Sentinels have not agreed yet, ``READONLY``) reaches
-the store as an error it answers 503 with Retry-After (``RedisBase._call``); nothing is retried
+the store as an error it answers 503 with Retry-After (``Topology.call``, topology.py); nothing is retried
 blindly here, since a script whose reply was lost may have run.
 
 The pool is redis-py's Sentinel pool over its blocking pool (the same limits as standalone:
 ``redis_max_connections``, calls beyond them waiting ``redis_pool_timeout_s``), and connections
-to the Redis nodes carry the same keepalive and connect timeout (redis_client.py). Connections to
+to the Redis nodes carry the same keepalive and connect timeout (client.py). Connections to
 the Sentinels get the connect timeout as their read timeout too, and no retries: their replies
 are immediate, and a Sentinel that is down or stops answering must not hold up the search for the
 primary (redis-py asks the next one).
@@ -29,8 +29,8 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 
 from distrs.config import StoreSettings
-from distrs.sentinel_url import SentinelTarget, parse_sentinel_url
-from distrs.store.redis_client import HEALTH_CHECK_INTERVAL_S, keepalive_options
+from distrs.store.redis.client import HEALTH_CHECK_INTERVAL_S, keepalive_options
+from distrs.store.sentinel_url import SentinelTarget, parse_sentinel_url
 
 
 class BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):

@@ -12,7 +12,7 @@ Redis nodes; Sentinels that require a password of their own get it from
 reserves (``@ : / ? #``).
 
 Pure parsing (no I/O): the settings validate the URL with it at start-up, and the connection
-(``store/redis_sentinel.py``) is built from what it returns.
+(``store/redis/sentinel.py``) is built from what it returns.
 """
 
 from __future__ import annotations

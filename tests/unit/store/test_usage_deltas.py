@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from distrs.store.redis.usage_batch import BatchDelta, DeltaBatcher, UsageDeltas
+from distrs.store.usage_deltas import BatchDelta, DeltaCoalescer, UsageDeltas
 
 
 def _one(tenant: str, bkey: str, size: int, expiry: float | None = None) -> UsageDeltas:
@@ -20,7 +20,7 @@ async def test_deltas_of_one_tick_are_summed_and_sent_once() -> None:
     async def send(d: UsageDeltas) -> None:
         sent.append(d)
 
-    b = DeltaBatcher(send)
+    b = DeltaCoalescer(send)
     await asyncio.gather(
         b.add(_one("a", "b1", 10)),
         b.add(_one("a", "b1", 5, expiry=99.0)),
@@ -44,7 +44,7 @@ async def test_callers_return_after_the_send_and_a_cancelled_one_is_sent_anyway(
         await gate.wait()
         sent.append(d)
 
-    b = DeltaBatcher(send)
+    b = DeltaCoalescer(send)
     waiting = asyncio.create_task(b.add(_one("a", "b1", 4)))
     cancelled = asyncio.create_task(b.add(_one("a", "b1", 6)))
     await asyncio.sleep(0.01)
@@ -61,7 +61,7 @@ async def test_submissions_and_results_of_one_tick_share_one_send() -> None:
     async def send(d: UsageDeltas) -> None:
         sent.append(d)
 
-    b = DeltaBatcher(send)
+    b = DeltaCoalescer(send)
     submitted = UsageDeltas()
     submitted.submit("a", "b1", 3)
     submitted.submit("a", "b2", 1)
