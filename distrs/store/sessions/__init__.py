@@ -17,14 +17,14 @@ def create_session_store(settings: StoreSettings, namespace: str = "distrs") -> 
 
     url = settings.redis_url
     if settings.redis_mode == "cluster":
-        from distrs.store.redis_client import connect_cluster
+        from distrs.store.redis.client import connect_cluster
 
         return RedisSessionStore(connect_cluster(url, settings), namespace=namespace)
     if settings.redis_mode == "sentinel":
-        from distrs.store.redis_sentinel import connect_sentinel
+        from distrs.store.redis.sentinel import connect_sentinel
 
         return RedisSessionStore(connect_sentinel(url, settings), namespace=namespace)
-    from distrs.store.redis_client import connect
+    from distrs.store.redis.client import connect
 
     return RedisSessionStore(connect(url, settings), namespace=namespace)
 
