@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 
 from distrs.core.priority import QueuePolicy
-from distrs.scaling.collect import collect, from_oracle, profile_arrays
+from distrs.scaling.collect import collect, from_oracle, profile_arrays, with_estimated_T
 from distrs.scaling.context import ActiveBatch, Decision, PlanContext
 from distrs.scaling.search import SearchResult, search, useful_concurrency
 from distrs.scaling.simulate import busy_peaks
@@ -96,6 +96,7 @@ def _search(
         timeout_check=ctx.options.timeout_check,
         margin_s=margin_s,
         within=within,
+        request_allowance_s=ctx.max_extra_delay_s if ctx.options.timeout_rule == "request" else None,
     )
 
 
@@ -186,8 +187,20 @@ def _searched(ctx: PlanContext, wl: Workload, timeout_aware: bool) -> Decision:
     )
 
 
+def known_workload(ctx: PlanContext) -> Workload:
+    """The request set the searched policies plan on: Alg. 2's estimate, or as much of the
+    truth as ``options.knowledge`` grants (the simulator's gap breakdown)."""
+    level = ctx.options.knowledge
+    if level in ("estimate", "arrivals"):
+        return collect(ctx)
+    if ctx.oracle is None:
+        raise ValueError(f"knowledge={level!r} needs ctx.oracle; only the simulator has it")
+    wl = from_oracle(ctx, ctx.oracle)
+    return with_estimated_T(ctx, wl) if level == "requests" else wl
+
+
 def distrs_policy(ctx: PlanContext) -> Decision:
-    return _searched(ctx, collect(ctx), timeout_aware=True)
+    return _searched(ctx, known_workload(ctx), timeout_aware=True)
 
 
 def history_policy(ctx: PlanContext) -> Decision:

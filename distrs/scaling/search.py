@@ -120,6 +120,7 @@ def search(
     margin_s: float = 0.0,
     within: Mapping[str, tuple[int, int]] | None = None,
     stage_max: Mapping[str, int] | None = None,
+    request_allowance_s: float | None = None,
 ) -> SearchResult:
     """Fewest workers per stage, most expensive stage first (Alg. 1 lines 7-17).
 
@@ -133,7 +134,8 @@ def search(
     assert names == wl.stage_names, "workload and stages must list the same stages in order"
     dl, late = deadlines(wl, max_extra_delay_s, margin_s)
     floors = request_floors(wl, max_extra_delay_s, margin_s)
-    sim = Simulator(wl, dl, policy, timeout_aware, timeout_check, floors)
+    allowance = None if request_allowance_s is None else max(request_allowance_s - margin_s, 0.0)
+    sim = Simulator(wl, dl, policy, timeout_aware, timeout_check, floors, allowance)
     raw = useful_concurrency(wl)
     caps = [min(max_replicas, (stage_max or {}).get(n, max_replicas)) for n in names]
     ub = [min(u, c) for u, c in zip(raw, caps, strict=True)]

@@ -94,3 +94,54 @@ def test_ebf_never_loses_to_fcfs_on_the_two_batch_example(gpus):
     ebf = simulate(wl, reps, big, QueuePolicy.EBF, timeout_aware=False).extra_delay(wl.batch_T).mean()
     fcfs = simulate(wl, reps, big, QueuePolicy.FCFS, timeout_aware=False).extra_delay(wl.batch_T).mean()
     assert ebf <= fcfs + 1e-6
+
+
+@st.composite
+def two_stage(draw):
+    n = draw(st.integers(1, 400))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    arrival = np.sort(rng.uniform(0, draw(st.floats(1, 300)), n))
+    service = rng.exponential([draw(st.floats(0.1, 30)), draw(st.floats(0.1, 10))], size=(n, 2))
+    service[rng.random((n, 2)) < 0.3] = 0.0
+    batches = rng.integers(0, draw(st.integers(1, 4)), n)
+    running = rng.random(n) < draw(st.floats(0, 0.3))
+    first = np.where(running, rng.integers(0, 2, n), 0)
+    return arrival, service, batches, first, running
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    two_stage(),
+    st.integers(1, 40),
+    st.integers(1, 20),
+    st.sampled_from([QueuePolicy.FCFS, QueuePolicy.EBF]),
+    st.booleans(),
+    st.sampled_from([None, 0.0, 2.0]),
+    st.floats(0, 30),
+)
+def test_bulk_free_runs_give_the_loops_own_answer(case, n0, n1, policy, aware, allowance, slack):
+    """``free_flow.FreeFlow`` settles runs of requests that wait for nothing with arrays; every
+    probe must come out exactly as the per-request loop computes it, pass or fail."""
+    from distrs.scaling.simulate import Simulator
+
+    arrival, service, batches, first, running = case
+    service[first == 1, 0] = 0.0
+    keep = service.sum(axis=1) > 0
+    if not keep.any():
+        return
+    wl = workload(
+        TWO,
+        arrival[keep],
+        service[keep],
+        batch=batches[keep],
+        first_stage=first[keep],
+        running=running[keep],
+    )
+    dl = wl.batch_T + slack
+    answers = []
+    for bulk in (False, True):
+        sim = Simulator(wl, dl, policy, aware, "enqueue", None, allowance)
+        sim.free_flow = bulk
+        r = sim.run([n0, n1])
+        answers.append((r.satisfied, r.reason, r.stage, r.completion.tolist()))
+    assert answers[0] == answers[1]
