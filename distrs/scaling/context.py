@@ -83,6 +83,11 @@ class PolicyOptions:
     of requests still to come, their stage times from history at the same position in the
     batch), ``requests`` (every remaining request exactly, T_b still estimated), ``exact``
     (also the true T_b; with the timeout rule off this is ``ideal``)."""
+    search_hint: Mapping[str, int] | None = None
+    """The previous decision's own Alg. 1 answer per stage (``Decision.debug["search"]``),
+    before the lookahead window and the floors changed it: the search probes it and one below
+    first (two probes per stage when the workload has not changed much). Without it the
+    search probes ``warm_start``, which after a lookahead scale-down is often far below."""
     warm_start: Mapping[str, int] | None = None
     """Previous decision per stage; lets the search probe near it first (same answer, fewer runs),
     and is the allocation a scale-down starts from (``scale_down_margin_s``)."""

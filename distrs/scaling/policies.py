@@ -67,6 +67,47 @@ def floor_pending(
     return out
 
 
+def reach(ctx: PlanContext, b: ActiveBatch) -> list[str]:
+    """The stages ``b`` may still send requests to: every stage of its type while requests are
+    still to come, else every stage after the earliest one where it has a request queued or
+    running."""
+    path = list(ctx.stages_of(b.reward_type))
+    if b.submitted < b.size:
+        return path
+    here = [i for i, name in enumerate(path) if b.queued.get(name, 0) or b.running_elapsed.get(name)]
+    return path[min(here) + 1 :] if here else []
+
+
+def spare_in_tails(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> dict[str, int]:
+    """One idle worker, beyond the requests running or queued there, at each stage a batch in
+    its tail may still reach.
+
+    A batch is in its tail at stage k from T_b + D − Σ_{j≥k} T_j on: the window where Sec. 5.1's
+    rule lets no request of it wait, because one that ran to its timeouts would end the batch
+    late. With the per-request rule (``PolicyOptions.timeout_rule``) such a request may wait up
+    to D, so the plan reserves a worker for it only if the estimate shows it coming, and the
+    estimate misses some: a request the profile did not have (the batch's T then turns out
+    later than estimated), or a running one that runs far longer than its draw (a timeout). On
+    ``cuda-single`` those waited 4-12 s for a busy worker (d up to 12.2 s). One spare worker per
+    stage, shared by every batch, lets the first of them start at once.
+    """
+    T = dict(zip(wl.batch_keys, wl.batch_T.tolist(), strict=True))
+    timeouts = {s.name: s.timeout_s for s in ctx.stages}
+    out = dict(replicas)
+    for b in ctx.batches:
+        t_b = T.get(b.key)
+        if t_b is None:
+            continue
+        stages = reach(ctx, b)
+        for i, name in enumerate(stages):
+            if name not in out or ctx.now < t_b + ctx.max_extra_delay_s - sum(
+                timeouts[n] for n in stages[i:]
+            ):
+                continue
+            out[name] = max(out[name], min(in_flight(ctx, name) + 1, ctx.cap(name)))
+    return out
+
+
 def in_flight(ctx: PlanContext, stage: str) -> int:
     """Requests running or queued at ``stage`` now, over every active batch: the workers a
     re-plan never takes away."""
@@ -83,6 +124,7 @@ def _search(
     timeout_aware: bool,
     margin_s: float = 0.0,
     within: Mapping[str, tuple[int, int]] | None = None,
+    hint: Mapping[str, int] | None = None,
 ) -> SearchResult:
     return search(
         wl,
@@ -92,7 +134,7 @@ def _search(
         timeout_aware=timeout_aware,
         max_replicas=ctx.max_replicas,
         stage_max=ctx.stage_max_replicas,
-        warm_start=ctx.options.warm_start,
+        warm_start=hint or ctx.options.search_hint or ctx.options.warm_start,
         timeout_check=ctx.options.timeout_check,
         margin_s=margin_s,
         within=within,
@@ -126,7 +168,10 @@ def with_hysteresis(ctx: PlanContext, wl: Workload, timeout_aware: bool, res: Se
     if margin > 0:
         # new = max(tight, min(current, safe)): bisect the safe answer only inside [tight, current]
         within = {k: (n, max(n, current.get(k, 0))) for k, n in res.replicas.items()}
-        safe = _search(ctx, wl, timeout_aware, margin, within).replicas
+        # searched down from the current allocation: usually it holds, or nearly
+        safe = _search(
+            ctx, wl, timeout_aware, margin, within, hint={k: hi for k, (_, hi) in within.items()}
+        ).replicas
         out = {k: max(n, min(current.get(k, 0), safe[k])) for k, n in out.items()}
     for k, n in out.items():
         out[k] = max(n, min(current.get(k, 0), in_flight(ctx, k)))
@@ -171,9 +216,11 @@ def with_lookahead(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> 
 
 def _searched(ctx: PlanContext, wl: Workload, timeout_aware: bool) -> Decision:
     res = _search(ctx, wl, timeout_aware)
-    replicas = with_lookahead(ctx, wl, with_hysteresis(ctx, wl, timeout_aware, res))
+    replicas = floor_pending(ctx, with_lookahead(ctx, wl, with_hysteresis(ctx, wl, timeout_aware, res)))
+    if timeout_aware and ctx.options.timeout_rule == "request":
+        replicas = spare_in_tails(ctx, wl, replicas)
     return Decision(
-        replicas=floor_pending(ctx, replicas),
+        replicas=replicas,
         estimated_completion=_estimates(wl),
         debug={
             "requests": wl.n,
@@ -183,6 +230,7 @@ def _searched(ctx: PlanContext, wl: Workload, timeout_aware: bool) -> Decision:
             "late_batches": [f"{wl.batch_keys[i][0]}/{wl.batch_keys[i][1]}" for i in res.late],
             "stage_seconds": res.stage_seconds,
             "sources": wl.debug.get("sources", {}),
+            "search": dict(res.replicas),
         },
     )
 

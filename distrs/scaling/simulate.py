@@ -356,6 +356,12 @@ class Simulator:
         workers than running requests are kept, the kept ones finish last, all busy then). N_k
         must cover those plus the arriving request at each such arrival. The bisection starts
         here: probes below it would only fail.
+
+        A request that may wait, but only until W (the per-request rule's allowance), needs a
+        worker by W. When it starts, at s ≤ W, every request that arrived before it and ranks
+        ahead of it has started (a freed worker takes the best-ranked one), so each of those
+        whose arrival + s_k is after W is still running: at least #{ranked ahead, arrived
+        before} − #{ranked ahead, arrival + s_k ≤ W} of them, plus the running ones, plus itself.
         """
         if not self.timeout_aware or not self._queue[k].size:
             return 0
@@ -363,18 +369,33 @@ class Simulator:
         t, failed = self._through(reps, k)
         if failed is not None:
             return 0
-        _, svc, arr_l, _, _, wait_limit, _, _ = self._prepared(k, t, reps[:k])
+        idx, svc, arr_l, _, _, wait_limit, _, _ = self._prepared(k, t, reps[:k])
         arr = np.asarray(arr_l)  # ascending
-        fixed = np.flatnonzero(np.asarray(wait_limit) <= arr)
-        if not fixed.size:
-            return 0
-        a = arr[fixed]
-        ends = np.sort(arr + svc)
-        earlier = np.searchsorted(arr, a, side="left") - np.searchsorted(ends, a, side="right")
+        limit = np.asarray(wait_limit)
+        ends = arr + svc
         run = self._run[k]
         run_ends = np.sort(t[run] + self.wl.service[run, k])
-        running = run_ends.size - np.searchsorted(run_ends, a, side="right")
-        return int((earlier + running).max()) + 1
+        best = 0
+        fixed = np.flatnonzero(limit <= arr)
+        if fixed.size:
+            a = arr[fixed]
+            earlier = np.searchsorted(arr, a, side="left") - np.searchsorted(np.sort(ends), a, side="right")
+            running = run_ends.size - np.searchsorted(run_ends, a, side="right")
+            best = int((earlier + running).max()) + 1
+        bounded = np.isfinite(limit) & (limit > arr)
+        if bounded.any():
+            prio = self._prio[idx]  # EBF: T_b (ties by arrival); FCFS: all 0
+            for level in np.unique(prio[bounded]):
+                ahead = prio <= level
+                mine = np.flatnonzero(bounded & (prio == level))
+                w = limit[mine]
+                upto = np.cumsum(ahead)[mine]  # ranked ahead (or itself), arrived no later
+                done = np.searchsorted(np.sort(ends[ahead]), w, side="right")
+                busy = (
+                    upto - done - (ends[mine] > w) + (run_ends.size - np.searchsorted(run_ends, w, "right"))
+                )
+                best = max(best, int(busy.max()) + 1)
+        return best
 
     def run(self, replicas: Sequence[int]) -> SimResult:
         """Simulate with ``replicas[k]`` workers at pipeline stage k."""

@@ -137,6 +137,7 @@ class ReplayResult:
             },
             "batches": len(self.batches),
             "planner_s": {"mean": round(float(p.mean()), 5), "max": round(float(p.max()), 5)},
+            "ledger": {k: {part: round(v, 1) for part, v in d.items()} for k, d in self.ledger.items()},
         }
 
 
@@ -231,6 +232,7 @@ class _Replay:
         self.planner_s: list[float] = []
         self.decisions: list[tuple[float, dict[str, int]]] = []
         self.last_replicas: dict[str, int] | None = None
+        self.last_search: dict[str, int] | None = None
         self.now = 0.0
         self.dedicated = params.policy == "zq-dedicated"
         self.tick_pending = False
@@ -376,7 +378,7 @@ class _Replay:
                 )
         opts = self.p.options
         if self.last_replicas is not None and self.p.policy in ("distrs", "history", "ideal"):
-            opts = replace(opts, warm_start=self.last_replicas)
+            opts = replace(opts, warm_start=self.last_replicas, search_hint=self.last_search)
         if opts.scale_down_margin_s is None:
             opts = replace(opts, scale_down_margin_s=self.p.cold_start_s)
         if opts.scale_up_lookahead_s is None and self.p.replan_interval_s:
@@ -408,6 +410,7 @@ class _Replay:
         dec = plan(ctx)
         self.planner_s.append(time.perf_counter() - t0)
         self.last_replicas = dict(dec.replicas)
+        self.last_search = dec.debug.get("search")
         self.decisions.append((t, dict(dec.replicas)))
         name_to_b = {(self.trace.task_names[self.b_task[b]], str(self.b_iter[b])): b for b in self.active}
         for key, est in dec.estimated_completion.items():

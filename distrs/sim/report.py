@@ -17,9 +17,20 @@ from distrs.sim.cluster import ReplayResult
 from distrs.sim.experiments import EbfPoint, RuntimePoint
 
 
-def scaling_json(results: dict[str, ReplayResult]) -> dict[str, Any]:
-    """``{"policies": {NAME: {worker_seconds, busy_seconds, extra_delay_s, batches, planner_s}}}``."""
-    return {"policies": {name: r.summary() for name, r in results.items()}}
+def scaling_json(results: dict[str, ReplayResult], max_extra_delay_s: float | None = None) -> dict[str, Any]:
+    """``{"policies": {NAME: {worker_seconds, busy_seconds, extra_delay_s, batches, planner_s,
+    ledger}}}``; with D given, also ``over_D``: every batch whose d exceeded it."""
+    out: dict[str, Any] = {"policies": {}}
+    for name, r in results.items():
+        s = r.summary()
+        if max_extra_delay_s is not None:
+            s["over_D"] = [
+                {"task": b.task, "iteration": b.iteration, "d": round(b.extra_delay, 3)}
+                for b in r.batches
+                if b.extra_delay > max_extra_delay_s + 1e-9
+            ]
+        out["policies"][name] = s
+    return out
 
 
 def scaling_markdown(
