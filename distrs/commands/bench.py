@@ -178,7 +178,7 @@ def ebf(
 def planner_runtime(
     batches: Annotated[
         str, typer.Option(help="Active batch counts (2048 requests each), comma-separated.")
-    ] = "1,2,4,8,12,16,20,24",
+    ] = "1,2,4,8,16,24,32,44",
     repeats: Annotated[int, typer.Option(help="Best of this many runs per point.")] = 3,
     json_out: Annotated[Path | None, typer.Option("--json")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write the PNG here.")] = None,

@@ -101,9 +101,17 @@ def estimated_T(ctx: PlanContext, batch: ActiveBatch, prof: ProfileArrays) -> fl
     tail moving, and a request that really runs later is covered by its own deadline
     (``search.request_floors``).
     """
-    own = list(ctx.histories.get(batch.task) or ())[-max(ctx.options.t_estimate_batches, 1) :]
+    k = max(ctx.options.t_estimate_batches, 1)
+    own = list(ctx.histories.get(batch.task) or ())[-k:]
     if prof.source != "own" or not own:
         return prof.earliest_completion()
+    if len(own) < k:  # a young task: the latest batches of other tasks of its type count too
+        others = [
+            ps[-1]
+            for task, ps in ctx.histories.items()
+            if task != batch.task and ps and (ps[-1].reward_type or batch.reward_type) == batch.reward_type
+        ]
+        own += sorted(others, key=lambda p: p.anchor, reverse=True)[: k - len(own)]
     names = [s.name for s in ctx.stages]
     return min(to_arrays(p, names, "own").earliest_completion() for p in own)
 

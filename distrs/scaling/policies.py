@@ -79,8 +79,9 @@ def reach(ctx: PlanContext, b: ActiveBatch) -> list[str]:
 
 
 def spare_in_tails(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> dict[str, int]:
-    """One idle worker, beyond the requests running or queued there, at each stage a batch in
-    its tail may still reach.
+    """One worker beyond the requests running there at each stage a batch in its tail may still
+    reach (queued requests are the plan's to serve; counting them too would start workers for a
+    queue that is gone before they are up).
 
     A batch is in its tail at stage k from T_b + D − Σ_{j≥k} T_j on: the window where Sec. 5.1's
     rule lets no request of it wait, because one that ran to its timeouts would end the batch
@@ -104,8 +105,13 @@ def spare_in_tails(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> 
                 timeouts[n] for n in stages[i:]
             ):
                 continue
-            out[name] = max(out[name], min(in_flight(ctx, name) + 1, ctx.cap(name)))
+            out[name] = max(out[name], min(running(ctx, name) + 1, ctx.cap(name)))
     return out
+
+
+def running(ctx: PlanContext, stage: str) -> int:
+    """Requests running at ``stage`` now, over every active batch."""
+    return sum(len(b.running_elapsed.get(stage, ())) for b in ctx.batches)
 
 
 def in_flight(ctx: PlanContext, stage: str) -> int:

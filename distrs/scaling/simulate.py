@@ -129,7 +129,7 @@ def serve_priority(
         for i, r in enumerate(rank):
             inv[r] = i
     ready: list[int] = []
-    replace, push, pop = heapq.heapreplace, heapq.heappush, heapq.heappop
+    replace, push, pop, pushpop = heapq.heapreplace, heapq.heappush, heapq.heappop, heapq.heappushpop
     i = 0
     while i < n:
         # Nobody waiting (every arrived request has started): requests start as they arrive
@@ -153,10 +153,14 @@ def serve_priority(
             continue
         # A busy period: serve by rank until the queue is empty again.
         while True:
-            while i < n and arr[i] <= f:
-                push(ready, rank[i])
+            if i < n and arr[i] <= f:  # arrivals up to f join the queue; the best one starts
+                while i + 1 < n and arr[i + 1] <= f:
+                    push(ready, rank[i])
+                    i += 1
+                j = inv[pushpop(ready, rank[i])]
                 i += 1
-            j = inv[pop(ready)]
+            else:
+                j = inv[pop(ready)]
             if f > arr[j] and f > wait_limit[j]:
                 return None
             end = f + svc[j]

@@ -172,6 +172,7 @@ def plot_runtime(points: Sequence[RuntimePoint], out: Path) -> Path:
         ax.bar(x, v, width=max(x) / (len(x) * 2.5), bottom=bottom, label=f"search {s}")
         bottom += v
     ax.plot(x, [p.seconds for p in points], "k.-", label="whole decision")
+    ax.plot(x, [p.replan_seconds for p in points], "k.--", label="re-plan (previous answer as hint)")
     ax.set_xlabel("estimated requests")
     ax.set_ylabel("seconds")
     ax.legend(fontsize=7)
@@ -191,12 +192,14 @@ def ebf_markdown(points: Sequence[EbfPoint], needed: dict[str, dict[str, int | N
 
 def runtime_markdown(points: Sequence[RuntimePoint]) -> str:
     lines = [
-        "| active batches | estimated requests | decision wall (s) | decision CPU (s) | per stage search (s) | simulations |",
-        "|---|---|---|---|---|---|",
+        "| active batches | estimated requests | first decision wall / CPU (s) | per stage search (s) "
+        "| simulations | re-plan wall / CPU (s) | re-plan simulations |",
+        "|---|---|---|---|---|---|---|",
     ]
     for p in points:
         st = ", ".join(f"{k} {v:.3f}" for k, v in p.stage_seconds.items())
         lines.append(
-            f"| {p.batches} | {p.requests} | {p.seconds:.3f} | {p.cpu_seconds:.3f} | {st} | {p.simulations} |"
+            f"| {p.batches} | {p.requests} | {p.seconds:.3f} / {p.cpu_seconds:.3f} | {st} | {p.simulations} "
+            f"| {p.replan_seconds:.3f} / {p.replan_cpu_seconds:.3f} | {p.replan_simulations} |"
         )
     return "\n".join(lines) + "\n"
