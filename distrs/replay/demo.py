@@ -248,9 +248,7 @@ async def _demo(trace: Path, speedup: float, max_workers: int, console: Console)
         f"iterations, {tr.n} requests, {speedup:g}x faster than recorded, on {cores} cores. "
         "Stage work is simulated by workers that sleep, so the cores only run the proxy, the "
         "planner and this replay; workers per stage are capped at what the slice can keep busy "
-        "at once, with room to spare: "
-        + ", ".join(f"{s} {caps[s]} (peak {peaks[s]})" for s in caps)
-        + "."
+        "at once, with room to spare: " + ", ".join(f"{s} {caps[s]} (peak {peaks[s]})" for s in caps) + "."
     )
     console.print(d_text(speedup))
     log = PlanLog()

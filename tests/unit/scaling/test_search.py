@@ -119,7 +119,7 @@ def test_gallop_probes_near_the_hint_first():
     for answer in (1, 37, 40, 41, 44, 90, 200):
         probes: list[int] = []
 
-        def sat(n: int, answer: int = answer) -> bool:
+        def sat(n: int, answer: int = answer, probes: list[int] = probes) -> bool:
             probes.append(n)
             return n >= answer
 
