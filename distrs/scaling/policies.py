@@ -2,7 +2,8 @@
 
 =================  ==========================================================================
 ``distrs``         Alg. 2 over all active batches + Alg. 1 with EBF and the timeout-aware rule
-                   (Sec. 5.1-5.2). What the live planner runs.
+                   (Sec. 5.1-5.2; per request by default, ``PolicyOptions.timeout_rule``, with
+                   one spare worker in tails, ``spare_in_tails``). What the live planner runs.
 ``history``        the same without the timeout-aware rule ("History-Based", Sec. 6.3).
 ``zq-dedicated``   zero queuing, a separate pool per task, sized from history: each task gets
                    the peak concurrency of its whole estimated batch, held until the batch
@@ -55,13 +56,7 @@ def floor_pending(
     """
     out = dict(replicas)
     for b in ctx.batches if batches is None else batches:
-        path = list(ctx.stages_of(b.reward_type))
-        if b.submitted < b.size:
-            reach = path
-        else:
-            here = [i for i, name in enumerate(path) if b.queued.get(name, 0) or b.running_elapsed.get(name)]
-            reach = path[min(here) + 1 :] if here else []
-        for name in reach:
+        for name in reach(ctx, b):
             if name in out and out[name] < 1:
                 out[name] = min(1, ctx.cap(name))
     return out

@@ -16,7 +16,7 @@ Two views of the same gap, per stage, both exact sums:
 
   A step's worker-seconds are the difference between its two rungs, so the steps sum to
   distrs − ideal: history misprediction of the arrival curve, of the stage times, of T_b, and
-  the timeout reservations. Each step is measured with the previous ones already granted (a
+  the timeout reservations (the rule and the spare worker it keeps in tails). Each step is measured with the previous ones already granted (a
   different order would share the interactions differently).
 * **by worker state** (``sim/ledger.py``): startup, ramp-up ahead of demand, idle between
   requests, scale-down lag. Busy time is the same under every policy, so the differences of
