@@ -70,10 +70,13 @@ test-kernel-images: install
 # The GPU tier: tests marked gpu (they skip where no NVIDIA GPU is present). GPU tests live under
 # tests/integration and tests/e2e (a unit test checks this); the k8s and placement folders need
 # dev-only schema packages and hold none, so a GPU machine needs only the runtime dependencies.
-# Needs the virtual environment only (no apt): scripts/gpu-check.sh prepares it on a GPU machine.
+# Needs the virtual environment only (no apt). GPU_PY=python3 runs the tier with another
+# interpreter instead of installing .venv: a GPU machine's own python, whose torch lives in a
+# virtual environment of its own (scripts/gpu-check.sh runs the tier that way, PYTHONPATH set).
 GPU_TESTS ?= tests/integration tests/e2e --ignore=tests/integration/k8s --ignore=tests/integration/placement
-test-gpu: $(STAMP)
-	$(PY) -m pytest -m gpu $(GPU_TESTS) $(PYTEST_ARGS)
+GPU_PY ?=
+test-gpu: $(if $(GPU_PY),,$(STAMP))
+	$(or $(GPU_PY),$(PY)) -m pytest -m gpu $(GPU_TESTS) $(PYTEST_ARGS)
 
 # Service, CPU-worker and GPU-worker images, offline from local Debian bases (scripts/build_images.py;
 # cached under /var/tmp/distrs-images). IMAGE_TOOL=docker|podman|buildah picks the tool;

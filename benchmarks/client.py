@@ -107,7 +107,7 @@ def direct_latency(reward_type: str, stage: str, body: dict[str, Any], reps: int
     from distrs.rewards.registry import get_handler
 
     table = load_pipelines(None)
-    handler = get_handler(reward_type, stage)
+    handler = get_handler(reward_type, stage, table)
     out = []
     for i in range(reps + 1):
         inp = StageInput(
@@ -116,7 +116,7 @@ def direct_latency(reward_type: str, stage: str, body: dict[str, Any], reps: int
             reward_type=reward_type,
             stage=stage,
             payload=body,
-            timeout_s=table.stages[stage].timeout_s,
+            timeout_s=table.timeout_s(reward_type, stage),
         )
         t0 = time.perf_counter()
         res = handler.run(inp)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from distrs.core.model import Status  # noqa: E402
 from distrs.rewards.base import StageInput  # noqa: E402
 from distrs.rewards.cpp import CompileHandler, RunHandler  # noqa: E402
-from distrs.rewards.judge import JudgeSettings  # noqa: E402
+from distrs.rewards.judge.settings import JudgeSettings  # noqa: E402
 from distrs.rewards.python_reward import PythonRunHandler  # noqa: E402
 from distrs.sandbox import Limits, Sandbox, SandboxSettings, create_sandbox  # noqa: E402
 

@@ -138,12 +138,26 @@ def worker(
     control_stdin: Annotated[
         bool, typer.Option(help="Read the number of workers from stdin, one per line (local actuator).")
     ] = False,
+    lifeline_fd: Annotated[
+        int | None,
+        typer.Option(
+            help="End at once, with every process this worker started, when this descriptor reads "
+            "end of file (local actuator: the write end is held by the process that started it)."
+        ),
+    ] = None,
     log_level: LogLevel = "info",
 ) -> None:
     """Run one stage worker: pull leases, run the handler, report; SIGTERM drains."""
     from distrs.worker.isolation import enter
 
     handed_token = enter()  # first, before any thread: may re-execute this process (same pid)
+    if lifeline_fd is not None:  # next: from here on, whatever runs ends with the parent
+        from distrs.worker.lifeline import end_tree, watch
+
+        try:
+            watch(lifeline_fd, end_tree)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--lifeline-fd") from e
 
     from distrs.config import WorkerSettings
     from distrs.core.pipeline_config import load_pipelines

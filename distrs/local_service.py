@@ -41,7 +41,7 @@ class _Server(uvicorn.Server):
 
 def ready_reward_types(table: PipelineTable) -> dict[str, list[str]]:
     """Per stage, the reward types whose handler can run on this machine (e.g. no cuda without GPU)."""
-    known = registered()
+    known = registered(table)
     out: dict[str, list[str]] = {}
     for stage in table.stages:
         types = []

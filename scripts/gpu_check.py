@@ -1,503 +1,168 @@
-"""The prepared GPU check's driver: start ``distrs up`` (CPU compile workers, one GPU execute
-worker), run each check of ``CHECKS`` against it, and write one JSON report.
+"""The prepared GPU check's driver: the GPU test tier, ``distrs up`` with its checks, the
+kernelbench build, problems, hack suite and timing noise, in one JSON report, under one deadline.
 
-``scripts/gpu-check.sh`` installs what is needed, runs ``make test-gpu`` and then this driver,
-passing the test tier's JUnit file and exit status so the report holds everything. Run alone::
+``scripts/gpu-check.sh`` installs what is needed and runs this with the machine's own python
+(``python3`` there is the virtual environment that holds torch). The steps, in order, each with
+a cap, overlapping where they can:
 
-    python scripts/gpu_check.py --report gpu-check.json [--only health_probe cuda_programs]
+1. the kernelbench build (``--compile-only`` of this script, in the background): every
+   candidate of ``kb_kernels.py`` through the compile stage, one nvcc build into the build
+   cache that the GPU tier, the service and the hack suite then share;
+2. the GPU test tier's tests that build no kernel (``pytest -m gpu``), while it builds;
+3. ``distrs up`` (CPU compile workers, one GPU execute worker) and the checks that need no
+   kernel build: versions, readiness, health, the ``cuda`` type's verdicts, recovery from a
+   CUDA error, the GPU metrics;
+4. the end of the build, then the GPU tier's kernelbench tests (warm cache);
+5. KernelBench's problems at real sizes, the hack suite, timing noise of both types.
 
-Adding a check: write ``def my_check(ctx: Ctx) -> dict`` returning at least ``{"ok": bool}`` (plus
-whatever figures it measured) and append ``("my_check", my_check)`` to ``CHECKS``. A check that
-raises is reported as failed with the error; the others still run. ``ctx.left_s()`` is the time
-left of the whole run's budget (the check should fit in it); ``ctx.submit`` scores one batch.
+Run alone::
 
-Why a separate driver and not pytest: the report is the product here (figures for the issue's
-closing note: verdicts, runtimes, speedups, timing noise, GPU health events, versions), and a
-failed check must not hide the figures of the others.
+    python scripts/gpu_check.py [--report R.json] [--only NAME ...] [--skip-tier]
+    python scripts/gpu_check.py --compile-only [--arch 9.0]    # no GPU needed: the build alone
+
+``--compile-only`` is also how a machine without a GPU proves the candidates build for the
+GPU's architecture. Why a driver and not pytest: the report is the product (verdicts, runtimes,
+speedups, timing noise, health events, versions), and a failed check must not hide the figures
+of the others.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
-import platform
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
-import uuid
-import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))  # kernelbench_slice
-REPORT_FORMAT = "distrs-gpu-check/1"
+sys.path.insert(0, str(ROOT / "scripts"))
 
-# Programs for the cuda type, in the shape of its own GPU tests (tests/e2e, tests/integration).
-CUDA_ADD = r"""
-#include <cstdio>
-__global__ void add(int n, const float* a, const float* b, float* c) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) c[i] = a[i] + b[i];
-}
-int main() {
-  int n; if (scanf("%d", &n) != 1) return 1;
-  float *a, *b, *c;
-  cudaMalloc(&a, n * sizeof(float)); cudaMalloc(&b, n * sizeof(float)); cudaMalloc(&c, n * sizeof(float));
-  float* h = new float[n];
-  for (int i = 0; i < n; i++) h[i] = i;
-  cudaMemcpy(a, h, n * sizeof(float), cudaMemcpyHostToDevice);
-  for (int i = 0; i < n; i++) h[i] = 2 * i;
-  cudaMemcpy(b, h, n * sizeof(float), cudaMemcpyHostToDevice);
-  add<<<(n + 255) / 256, 256>>>(n, a, b, c);
-  cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) { fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(e)); return 2; }
-  cudaMemcpy(h, c, n * sizeof(float), cudaMemcpyDeviceToHost);
-  double s = 0; for (int i = 0; i < n; i++) s += h[i];
-  printf("%.1f\n", s);
-  return 0;
-}
-"""
-CUDA_ADD_TESTS = [{"stdin": "1000\n", "expected_stdout": "1498500.0\n"}]
-CUDA_ILLEGAL_ADDRESS = r"""
-#include <cstdio>
-__global__ void bad(int* p) { p[threadIdx.x] = 1; }
-int main() {
-  bad<<<1, 32>>>((int*)0x10);
-  cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) { fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(e)); return 2; }
-  printf("0\n");
-  return 0;
-}
-"""
+import httpx  # noqa: E402
+from gpu_check_core import (  # noqa: E402
+    REPORT_FORMAT,
+    Check,
+    Ctx,
+    build_report,
+    default_report_path,
+    parse_junit,
+    run_checks,
+    write_report,
+)
+from gpu_check_cuda import (  # noqa: E402
+    cuda_error_recovery,
+    cuda_programs,
+    gpu_metrics,
+    gpu_ready,
+    health_probe,
+    timing_noise,
+    versions,
+)
+from gpu_check_kernels import (  # noqa: E402
+    build_candidates,
+    default_cache_dir,
+    kernelbench_hacks,
+    kernelbench_problems,
+    kernelbench_timing_noise,
+)
 
-
-@dataclass
-class Ctx:
-    """What a check gets: the service, the GPU worker's health port, the clock and budget."""
-
-    url: str
-    gpu_url: str
-    deadline: float
-    work: Path
-    client: httpx.Client
-    clock: Callable[[], float] = time.monotonic
-    shared: dict[str, Any] = field(default_factory=dict)
-
-    def left_s(self) -> float:
-        return max(0.0, self.deadline - self.clock())
-
-    def submit(self, items: list[tuple[str, dict[str, Any]]], wait_s: float) -> list[dict[str, Any]]:
-        """Score one batch of (reward_type, payload); the results in submission order."""
-        task, batch = "gpu-check", uuid.uuid4().hex[:8]
-        r = self.client.post("/v1/batches", json={"task": task, "batch_id": batch, "size": len(items)})
-        r.raise_for_status()
-        reqs = [
-            {"task": task, "batch_id": batch, "request_id": f"{batch}-{i}", "reward_type": rt, "payload": p}
-            for i, (rt, p) in enumerate(items)
-        ]
-        self.client.post("/v1/requests", json={"requests": reqs}).raise_for_status()
-        end = self.clock() + min(wait_s, self.left_s())
-        body: dict[str, Any] = {}
-        while self.clock() < end:
-            body = self.client.get(f"/v1/batches/{task}/{batch}/results", params={"wait_s": 5}).json()
-            if body.get("complete"):
-                break
-        else:
-            raise TimeoutError(f"batch {batch} incomplete after {wait_s:g} s: {body}")
-        order = {f"{batch}-{i}": i for i in range(len(items))}
-        return sorted(body["results"], key=lambda x: order[x["request_id"]])
-
-
-Check = Callable[[Ctx], dict[str, Any]]
-
-
-def cv(values: list[float]) -> float | None:
-    """Coefficient of variation (sample stdev / mean); None below two values or a zero mean."""
-    if len(values) < 2 or statistics.mean(values) == 0:
-        return None
-    return statistics.stdev(values) / statistics.mean(values)
-
-
-def scrape(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), s.value))
-    return out
-
-
-def worker_metrics(ctx: Ctx) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """The GPU worker's /metrics, parsed; a clear error where it serves none (no GPU found)."""
-    r = ctx.client.get(f"{ctx.gpu_url}/metrics", timeout=10)
-    if r.status_code != 200:
-        raise RuntimeError(f"GPU worker serves no /metrics (HTTP {r.status_code}): it found no GPU to guard")
-    return scrape(r.text)
-
-
-def problem_row(name: str, res: dict[str, Any], want: str) -> dict[str, Any]:
-    d = res.get("detail") or {}
-    return {
-        "problem": name,
-        "expected": want,
-        "status": res.get("status"),
-        "score": res.get("score"),
-        "runtime_s": d.get("run_time_s"),
-        "reference_runtime_s": d.get("reference_time_s"),
-        "speedup": d.get("speedup"),
-        "flags": d.get("flags"),
-        "stages": [{k: s.get(k) for k in ("name", "run_s", "outcome")} for s in res.get("stages", [])],
-        **(
-            {"error": str(d.get("error") or d.get("compiler_output") or "")[:500]}
-            if res.get("status") != want
-            else {}
-        ),
-    }
-
-
-# checks -----------------------------------------------------------------------------------------
-
-
-def versions(ctx: Ctx) -> dict[str, Any]:
-    from importlib import metadata
-
-    def ver(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
-    def run(*cmd: str) -> str | None:
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        lines = [ln for ln in (p.stdout or p.stderr).splitlines() if ln.strip()]
-        return lines[-1].strip() if lines else None
-
-    out: dict[str, Any] = {
-        "ok": True,
-        "python": platform.python_version(),
-        "distrs_commit": run("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"),
-        "nvcc": run("nvcc", "--version"),
-        "torch": ver("torch"),
-        "nvidia_ml_py": ver("nvidia-ml-py"),
-        "kernel": platform.release(),
-    }
-    from distrs.worker.nvml import NvmlError, PyNvml, select_gpu
-
-    try:
-        nvml = PyNvml()
-        out["driver"] = nvml.driver_version()
-        s = nvml.read(select_gpu())
-        out["gpu"] = {
-            "name": s.name,
-            "uuid": s.uuid,
-            "mig": s.mig,
-            "memory_total_bytes": s.memory_total_bytes,
-        }
-    except NvmlError as exc:
-        out.update(ok=False, error=str(exc))
-    return out
-
-
-def gpu_ready(ctx: Ctx) -> dict[str, Any]:
-    """The GPU execute worker passes its first health check and reports ready."""
-    t0 = ctx.clock()
-    last: Any = None
-    while ctx.clock() - t0 < min(120.0, ctx.left_s()):
-        try:
-            r = ctx.client.get(f"{ctx.gpu_url}/readyz", timeout=5)
-            last = r.json()
-            if r.status_code == 200:
-                return {"ok": True, "ready_after_s": round(ctx.clock() - t0, 2)}
-        except httpx.HTTPError as exc:
-            last = str(exc)
-        time.sleep(0.5)
-    return {"ok": False, "last_readyz": last}
-
-
-def health_probe(ctx: Ctx) -> dict[str, Any]:
-    """One health check in this process, as the worker runs it: NVML reading + test kernel."""
-    from distrs.worker.gpu_health import GpuGuard, SubprocessProbe
-    from distrs.worker.nvml import NvmlError, PyNvml, select_gpu
-
-    nvml = PyNvml()
-    ev = GpuGuard(nvml, SubprocessProbe(), select_gpu()).check("manual")
-    out: dict[str, Any] = {"ok": ev.ok, "event": ev.as_dict()}
-    try:
-        out["reading"] = dataclasses.asdict(nvml.read(select_gpu()))
-    except NvmlError as exc:
-        out["reading_error"] = str(exc)
-    return out
-
-
-def cuda_programs(ctx: Ctx) -> dict[str, Any]:
-    """The cuda type end to end (compile on CPU, execute on the GPU): the verdicts it must give."""
-    cases: list[tuple[str, dict[str, Any], str]] = [
-        ("add_correct", {"code": CUDA_ADD, "tests": CUDA_ADD_TESTS, "reference_time_s": 1.0}, "ok"),
-        (
-            "add_wrong_expected",
-            {"code": CUDA_ADD, "tests": [{"stdin": "1000\n", "expected_stdout": "0\n"}]},
-            "wrong_answer",
-        ),
-        ("syntax_error", {"code": "__global__ void k( {", "tests": CUDA_ADD_TESTS}, "compile_error"),
-    ]
-    res = ctx.submit([("cuda", p) for _, p, _ in cases], wait_s=180)
-    rows = [problem_row(name, r, want) for (name, _, want), r in zip(cases, res, strict=True)]
-    return {"ok": all(r["status"] == r["expected"] for r in rows), "problems": rows}
-
-
-def timing_noise(ctx: Ctx, n: int = 10) -> dict[str, Any]:
-    """The same honest kernel in n separate requests on one idle GPU: spread of runtime and speedup."""
-    payload = {"code": CUDA_ADD, "tests": CUDA_ADD_TESTS, "reference_time_s": 1.0}
-    res = ctx.submit([("cuda", payload)] * n, wait_s=240)
-    ok = [r for r in res if r.get("status") == "ok"]
-    runtimes = [float(r["detail"]["run_time_s"]) for r in ok]
-    speedups = [float(r["detail"]["speedup"]) for r in ok]
-    cv_rt, cv_sp = cv(runtimes), cv(speedups)
-    return {
-        "ok": len(ok) == n,
-        "requests": n,
-        "ok_results": len(ok),
-        "settings": "cuda type: one run per test case, wall time of the jailed process (start, CUDA "
-        "context, kernel, exit); no warm-up, no L2 flush, clocks as the driver sets them",
-        "runtime_s": {
-            "mean": statistics.mean(runtimes) if runtimes else None,
-            "cv": cv_rt,
-            "values": runtimes,
-        },
-        "speedup": {"mean": statistics.mean(speedups) if speedups else None, "cv": cv_sp, "values": speedups},
-        "targets": {"runtime_cv": 0.02, "speedup_cv": 0.03},
-        "meets_targets": cv_rt is not None and cv_sp is not None and cv_rt <= 0.02 and cv_sp <= 0.03,
-    }
-
-
-def cuda_error_recovery(ctx: Ctx) -> dict[str, Any]:
-    """A kernel with an illegal address: the program's fault (runtime_error, not internal_error);
-    the worker checks its GPU after it, finds it healthy and serves on."""
-    before = worker_metrics(ctx)
-    (res,) = ctx.submit(
-        [("cuda", {"code": CUDA_ILLEGAL_ADDRESS, "tests": [{"stdin": "", "expected_stdout": "0\n"}]})], 120
-    )
-    after = worker_metrics(ctx)
-
-    def checks(m: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, float]:
-        return {
-            f"{lab['trigger']}/{lab['result']}": v for lab, v in m.get("distrs_gpu_health_checks_total", [])
-        }
-
-    ready = ctx.client.get(f"{ctx.gpu_url}/readyz", timeout=10)
-    b, a = checks(before), checks(after)
-    after_error = a.get("cuda_error/healthy", 0) - b.get("cuda_error/healthy", 0)
-    row = problem_row("illegal_address", res, "runtime_error")
-    return {
-        "ok": row["status"] == "runtime_error" and after_error >= 1 and ready.status_code == 200,
-        "problem": row,
-        "health_checks_after_cuda_error": after_error,
-        "health_checks": a,
-        "ready_after": ready.json(),
-    }
-
-
-def gpu_metrics(ctx: Ctx) -> dict[str, Any]:
-    """The GPU worker's /metrics: per-GPU gauges and the GPU-seconds of the requests it ran."""
-    m = worker_metrics(ctx)
-    gauges = {
-        name: [v for _, v in m.get(name, [])]
-        for name in (
-            "distrs_gpu_utilization_ratio",
-            "distrs_gpu_memory_used_bytes",
-            "distrs_gpu_memory_total_bytes",
-            "distrs_gpu_temperature_celsius",
-            "distrs_gpu_sm_clock_hertz",
-            "distrs_gpu_memory_clock_hertz",
-            "distrs_gpu_power_watts",
-            "distrs_gpu_healthy",
-        )
-    }
-    gpu_s = {lab["reward_type"]: v for lab, v in m.get("distrs_request_gpu_seconds_sum", [])}
-    count = {lab["reward_type"]: v for lab, v in m.get("distrs_request_gpu_seconds_count", [])}
-    present = all(gauges[n] for n in ("distrs_gpu_memory_total_bytes", "distrs_gpu_sm_clock_hertz"))
-    return {
-        "ok": present and count.get("cuda", 0) >= 1 and gauges["distrs_gpu_healthy"] == [1.0],
-        "gauges": gauges,
-        "gpu_seconds": gpu_s,
-        "requests": count,
-    }
-
-
-def kernelbench_slice(ctx: Ctx) -> dict[str, Any]:
-    """Ten KernelBench-format problems (plus a wrong kernel and a torch decoy) through the
-    ``kernelbench`` type: built by the CPU compile workers, judged on the GPU."""
-    from kernelbench_slice import slice_items
-
-    items = slice_items()
-    res = ctx.submit([("kernelbench", p) for _, _, p in items], wait_s=min(600.0, ctx.left_s()))
-    rows = []
-    for (name, want, _), r in zip(items, res, strict=True):
-        d = r.get("detail") or {}
-        rows.append(
-            {
-                "problem": name,
-                "expected": want,
-                "status": r.get("status"),
-                "score": r.get("score"),
-                "runtime_ms": d.get("runtime"),
-                "ref_runtime_ms": d.get("ref_runtime"),
-                "speedup": d.get("speedup"),
-                "runtime_stats": d.get("runtime_stats"),
-                "flags": d.get("flags"),
-                "stages": [{k: s.get(k) for k in ("name", "run_s", "outcome")} for s in r.get("stages", [])],
-                **(
-                    {"reason": str(d.get("reason") or d.get("error") or "")[:500]}
-                    if r.get("status") != want
-                    else {}
-                ),
-            }
-        )
-    ctx.shared["kernelbench_ok"] = rows[0]["status"] == "ok"
-    return {"ok": all(r["status"] == r["expected"] for r in rows), "problems": rows}
-
-
-def kernelbench_timing_noise(ctx: Ctx, n: int = 10) -> dict[str, Any]:
-    """One honest kernel in n separate requests: spread of its runtime and speedup."""
-    from kernelbench_slice import slice_items
-
-    _, _, payload = slice_items()[0]
-    res = ctx.submit([("kernelbench", payload)] * n, wait_s=min(300.0, ctx.left_s()))
-    ok = [r for r in res if r.get("status") == "ok"]
-    runtimes = [float(r["detail"]["runtime"]) for r in ok]
-    speedups = [float(r["detail"]["speedup"]) for r in ok]
-    this_ref = [
-        float(r["detail"]["metadata"].get("ref_runtime_this_request", {}).get("mean", "nan")) for r in ok
-    ]
-    cv_rt, cv_sp = cv(runtimes), cv(speedups)
-    return {
-        "ok": len(ok) == n,
-        "requests": n,
-        "ok_results": len(ok),
-        "settings": "kernelbench: 3 warm-up calls, 101 timed calls (first dropped), L2 flushed (256 MB) and "
-        "the device synchronised before each, CUDA events around forward, fresh inputs per call; the "
-        "reference's runtime kept per problem, GPU and torch; clocks as the driver sets them",
-        "runtime_ms": {
-            "mean": statistics.mean(runtimes) if runtimes else None,
-            "cv": cv_rt,
-            "values": runtimes,
-        },
-        "speedup": {"mean": statistics.mean(speedups) if speedups else None, "cv": cv_sp, "values": speedups},
-        "reference_runtime_each_request_ms": {"cv": cv([v for v in this_ref if v == v]), "values": this_ref},
-        "targets": {"runtime_cv": 0.02, "speedup_cv": 0.03},
-        "meets_targets": cv_rt is not None and cv_sp is not None and cv_rt <= 0.02 and cv_sp <= 0.03,
-    }
-
-
-CHECKS: list[tuple[str, Check]] = [
+# Checks that need no kernel build, then those that do (after the build has finished).
+EARLY: list[tuple[str, Check]] = [
     ("versions", versions),
     ("gpu_ready", gpu_ready),
     ("health_probe", health_probe),
     ("cuda_programs", cuda_programs),
-    ("timing_noise", timing_noise),
     ("cuda_error_recovery", cuda_error_recovery),
     ("gpu_metrics", gpu_metrics),
-    ("kernelbench_slice", kernelbench_slice),
+]
+LATE: list[tuple[str, Check]] = [
+    ("kernelbench_problems", kernelbench_problems),
+    ("kernelbench_hacks", kernelbench_hacks),
+    ("timing_noise", timing_noise),
     ("kernelbench_timing_noise", kernelbench_timing_noise),
 ]
+CHECKS = EARLY + LATE
+NO_SERVICE = {"versions", "health_probe", "kernelbench_hacks"}  # run in this process
+
+KERNEL_TESTS = "tests/integration/rewards/kernelbench"
+GPU_TESTS_FALLBACK = (
+    "tests/integration tests/e2e --ignore=tests/integration/k8s --ignore=tests/integration/placement"
+)
+# caps of the steps, seconds (the whole run's deadline caps them all)
+CAP_TIER_OTHER = 150.0
+CAP_SERVICE_START = 60.0
+CAP_BUILD = 420.0  # from the build's start
+CAP_TIER_KERNELS = 180.0
+RESERVE = 10.0  # for stopping the service and writing the report
 
 
-# running ----------------------------------------------------------------------------------------
+def tier_parts(makefile: str | None) -> list[tuple[str, list[str]]]:
+    """The GPU test tier (``GPU_TESTS`` of the Makefile) in two parts: the tests that build no
+    kernel, and the kernelbench tests, which wait for the build."""
+    line = next(
+        (ln for ln in (makefile or "").splitlines() if ln.startswith("GPU_TESTS ?=")),
+        f"GPU_TESTS ?= {GPU_TESTS_FALLBACK}",
+    )
+    words = line.split("?=", 1)[1].split()
+    return [("other", [*words, f"--ignore={KERNEL_TESTS}"]), ("kernelbench", [KERNEL_TESTS])]
 
 
-def run_checks(checks: list[tuple[str, Check]], ctx: Ctx) -> list[dict[str, Any]]:
-    """Each check's result with its name and time; an exception is a failed check, and once the
-    budget is spent the remaining checks are reported as skipped."""
-    out = []
-    for name, check in checks:
-        t0 = ctx.clock()
-        if ctx.left_s() <= 0:
-            out.append({"name": name, "ok": False, "skipped": "time budget spent", "seconds": 0.0})
-            continue
-        try:
-            res = dict(check(ctx))
-            res.setdefault("ok", False)
-        except Exception as exc:  # a failed check is a finding, not the end of the run
-            res = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        out.append({"name": name, **res, "seconds": round(ctx.clock() - t0, 3)})
-        print(
-            f"[gpu-check] {name}: {'ok' if res['ok'] else 'FAILED'} ({out[-1]['seconds']:.1f} s)",
-            file=sys.stderr,
+def run_bounded(cmd: list[str], timeout_s: float, log: Path, env: dict[str, str] | None = None) -> int:
+    """Run ``cmd`` in a session of its own, its output to ``log``; past ``timeout_s`` it is
+    interrupted (SIGINT, so pytest's fixtures stop what they started), then killed: 124."""
+    with open(log, "ab") as out:
+        p = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
-    return out
+        try:
+            return p.wait(max(1.0, timeout_s))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGINT)
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+            return 124
 
 
-def parse_junit(path: Path | None) -> dict[str, Any] | None:
-    """Counts and per-test outcomes of a pytest JUnit XML file (None without one)."""
-    if path is None or not path.exists():
-        return None
-    root = ET.parse(path).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    cases = []
-    for case in (c for s in suites for c in s.iter("testcase")):
-        outcome = "passed"
-        for tag in ("failure", "error", "skipped"):
-            el = case.find(tag)
-            if el is not None:
-                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
-                reason = (el.get("message") or "")[:300]
-                break
-        else:
-            reason = ""
-        row = {
-            "test": f"{case.get('classname')}::{case.get('name')}",
-            "outcome": outcome,
-            "seconds": float(case.get("time") or 0),
-        }
-        if reason:
-            row["reason"] = reason
-        cases.append(row)
-    counts = {k: sum(1 for c in cases if c["outcome"] == k) for k in ("passed", "failed", "error", "skipped")}
-    return {**counts, "tests": cases}
-
-
-def build_report(
-    checks: list[dict[str, Any]],
-    test_gpu: dict[str, Any] | None,
-    install: dict[str, Any] | None,
-    started: float,
-    finished: float,
-) -> dict[str, Any]:
-    ok = all(c["ok"] for c in checks)
-    if test_gpu is not None:
-        ok = ok and test_gpu.get("rc") == 0 and (test_gpu.get("junit") or {}).get("passed", 0) > 0
-    return {
-        "format": REPORT_FORMAT,
-        "ok": ok,
-        "started_unix": round(started, 3),
-        "seconds": round(finished - started, 3),
-        "install": install,
-        "test_gpu": test_gpu,
-        "checks": checks,
-        "failed": [c["name"] for c in checks if not c["ok"]],
+def run_tier(name: str, paths: list[str], work: Path, timeout_s: float) -> dict[str, Any]:
+    """One part of the GPU test tier, by pytest in this interpreter (``make test-gpu`` would
+    want ``.venv``; this machine's python is the one with torch)."""
+    junit, log = work / f"test-gpu-{name}.xml", work / f"test-gpu-{name}.log"
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", *paths, "-q", "-p", "no:cacheprovider"]
+    t0 = time.monotonic()
+    rc = run_bounded([*cmd, f"--junitxml={junit}"], timeout_s, log)
+    part = {
+        "name": name,
+        "paths": paths,
+        "rc": rc,
+        "seconds": round(time.monotonic() - t0, 1),
+        "cap_s": round(timeout_s, 1),
+        "junit": parse_junit(junit),
     }
+    print(f"[gpu-check] test tier ({name}): rc {rc} in {part['seconds']} s", file=sys.stderr)
+    return part
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+def gpu_arch() -> str | None:
+    """The GPU's compute capability ("9.0"), asked of torch in another process (this one holds
+    no CUDA context)."""
+    code = "import torch; print('%d.%d' % torch.cuda.get_device_capability(0))"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = out.stdout.strip().splitlines()
+    return lines[-1] if out.returncode == 0 and lines else None
 
 
 def free_port() -> int:
@@ -506,13 +171,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def kernel_env(cache_dir: str, arch: str, jobs: int) -> dict[str, str]:
+    """The kernelbench type's settings for this GPU: its architecture, the shared build cache,
+    every core for a build."""
+    return {
+        "DISTRS_KERNELS_CACHE_DIR": cache_dir,
+        "DISTRS_KERNELS_BUILD_JOBS": str(jobs),
+        "DISTRS_KERNELS_COMPILE_TIME_S": "900",
+        "DISTRS_KERNELS_CUDA_ARCH_LIST": arch,
+    }
+
+
 @contextlib.contextmanager
-def distrs_up(work: Path, gpu_port: int) -> Iterator[str]:
+def distrs_up(work: Path, gpu_port: int, env_extra: dict[str, str]) -> Iterator[str]:
     """``distrs up`` here: memory store, static policy (two compile workers, one GPU worker)."""
     port = free_port()
-    env = {**os.environ, "DISTRS_STATIC_REPLICAS": "2", "PYTHONUNBUFFERED": "1", **kernel_env(work)}
+    env = {**os.environ, "DISTRS_STATIC_REPLICAS": "2", "PYTHONUNBUFFERED": "1", **env_extra}
     config = work / "pipelines.yaml"  # torch-extension builds take minutes of CPU
-    config.write_text(json.dumps({"stages": {"compile": {"timeout_s": 900}, "execute": {"timeout_s": 300}}}))
+    config.write_text(json.dumps({"stages": {"compile": {"timeout_s": 900}, "execute": {"timeout_s": 600}}}))
     log = open(work / "distrs-up.log", "wb")  # noqa: SIM115 - closed below
     cmd = [sys.executable, "-m", "distrs.cli", "up", "--insecure", "--port", str(port), "--policy", "static"]
     cmd += ["--max-workers", "4", "--gpu-workers", "1", "--gpu-health-port", str(gpu_port)]
@@ -522,7 +198,7 @@ def distrs_up(work: Path, gpu_port: int) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        end = time.monotonic() + 60
+        end = time.monotonic() + CAP_SERVICE_START
         while time.monotonic() < end:
             if proc.poll() is not None:
                 raise RuntimeError(f"distrs up exited {proc.returncode}")
@@ -531,7 +207,7 @@ def distrs_up(work: Path, gpu_port: int) -> Iterator[str]:
                     break
             time.sleep(0.3)
         else:
-            raise RuntimeError("distrs up did not answer /healthz in 60 s")
+            raise RuntimeError(f"distrs up did not answer /healthz in {CAP_SERVICE_START:g} s")
         yield url
     finally:
         if proc.poll() is None:
@@ -544,66 +220,159 @@ def distrs_up(work: Path, gpu_port: int) -> Iterator[str]:
         log.close()
 
 
-def kernel_env(work: Path) -> dict[str, str]:
-    """The kernelbench type's settings for this GPU: its own architecture, a build cache, all cores."""
-    env = {
-        "DISTRS_KERNELS_CACHE_DIR": str(work / "kernel-cache"),
-        "DISTRS_KERNELS_BUILD_JOBS": str(os.cpu_count() or 2),
-        "DISTRS_KERNELS_COMPILE_TIME_S": "900",
+def wait_build(proc: subprocess.Popen[bytes] | None, path: Path, timeout_s: float) -> dict[str, Any]:
+    """The background build's report, once it has ended (or been stopped at its cap)."""
+    if proc is None:
+        return {"ok": False, "error": "the build was not started"}
+    try:
+        proc.wait(max(1.0, timeout_s))
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        return {"ok": False, "error": f"the build did not end in time (stopped after {timeout_s:.0f} s more)"}
+    try:
+        report: dict[str, Any] = json.loads(path.read_text())
+        build: dict[str, Any] = report.get("build") or {"ok": False, "error": "no build in its report"}
+        return build
+    except (OSError, ValueError) as e:
+        return {"ok": False, "error": f"the build ended {proc.returncode} without a report: {e}"}
+
+
+class Deadline:
+    """The whole run's end on the monotonic clock; each step's cap is cut to what is left."""
+
+    def __init__(self, end: float) -> None:
+        self.end = end
+
+    def left(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+    def cap(self, seconds: float) -> float:
+        return max(0.0, min(seconds, self.left() - RESERVE))
+
+
+def start_build(report: Path, cache: str, arch: str, jobs: int, work: Path) -> subprocess.Popen[bytes]:
+    """The kernelbench build (``--compile-only`` of this script) in the background."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--compile-only", "--report", str(report)]
+    cmd += ["--cache-dir", cache, "--arch", arch, "--jobs", str(jobs), "--work", str(work / "build")]
+    with open(work / "build.log", "wb") as log:
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def skipped(checks: list[tuple[str, Check]], why: str) -> list[dict[str, Any]]:
+    return [{"name": n, "ok": False, "skipped": why, "seconds": 0.0} for n, _ in checks]
+
+
+def full_run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    started = time.time()
+    budget = args.deadline_unix - started if args.deadline_unix else args.budget_s
+    dl = Deadline(time.monotonic() + budget)
+    arch = args.arch or gpu_arch() or "9.0"
+    jobs = args.jobs or os.cpu_count() or 2
+    cache = args.cache_dir or default_cache_dir()
+    wanted = set(args.only) if args.only is not None else None
+    early = [(n, c) for n, c in EARLY if wanted is None or n in wanted]
+    late = [(n, c) for n, c in LATE if wanted is None or n in wanted]
+    steps: list[dict[str, Any]] = []
+
+    def step(name: str, t0: float, cap: float | None = None) -> None:
+        steps.append({"step": name, "seconds": round(time.monotonic() - t0, 1), "cap_s": cap})
+
+    tier: list[dict[str, Any]] | None = None if args.skip_tier else []
+    t_build = time.monotonic()
+    build_json = work / "build.json"
+    build_proc = None
+    if late or tier is not None:  # the late checks need the build; the tier's kernel tests share it
+        build_proc = start_build(build_json, cache, arch, jobs, work)
+    parts = tier_parts((ROOT / "Makefile").read_text() if (ROOT / "Makefile").exists() else None)
+    if tier is not None:
+        t0 = time.monotonic()
+        tier.append(run_tier(*parts[0], work, dl.cap(CAP_TIER_OTHER)))
+        step("test_gpu_other", t0, CAP_TIER_OTHER)
+    results: list[dict[str, Any]] = []
+    gpu_port = free_port()
+    with contextlib.ExitStack() as stack:
+        t0 = time.monotonic()
+        client: httpx.Client | None = None
+        url, service_error = "", ""
+        try:
+            url = stack.enter_context(distrs_up(work, gpu_port, kernel_env(cache, arch, jobs)))
+            client = stack.enter_context(httpx.Client(base_url=url, timeout=30))
+        except Exception as exc:  # the service did not start: its checks say so, the rest run
+            service_error = f"distrs up did not start: {type(exc).__name__}: {exc}"
+        step("service_start", t0, CAP_SERVICE_START)
+        ctx = Ctx(url, f"http://127.0.0.1:{gpu_port}", dl.end - RESERVE, work, client)  # type: ignore[arg-type]
+        ctx.shared.update(kernel_cache=cache, arch=arch, jobs=jobs)
+
+        def run(checks: list[tuple[str, Check]]) -> list[dict[str, Any]]:
+            if client is not None:
+                return run_checks(checks, ctx)
+            out = run_checks([(n, c) for n, c in checks if n in NO_SERVICE], ctx)
+            return out + skipped([(n, c) for n, c in checks if n not in NO_SERVICE], service_error)
+
+        t0 = time.monotonic()
+        results += run(early)
+        step("checks_early", t0)
+        build: dict[str, Any] | None = None
+        if build_proc is not None:
+            t0 = time.monotonic()
+            build = wait_build(build_proc, build_json, dl.cap(CAP_BUILD - (time.monotonic() - t_build)))
+            step("build_wait", t0, CAP_BUILD)
+        if tier is not None:
+            t0 = time.monotonic()
+            tier.append(run_tier(*parts[1], work, dl.cap(CAP_TIER_KERNELS)))
+            step("test_gpu_kernelbench", t0, CAP_TIER_KERNELS)
+        t0 = time.monotonic()
+        ok_build = build is not None and build.get("ok")
+        results += run(late) if ok_build else skipped(late, f"the kernel build failed: {build}"[:500])
+        step("checks_late", t0)
+    install = json.loads(args.install.read_text()) if args.install and args.install.exists() else None
+    extra = {
+        "budget_s": round(budget, 1),
+        "steps": steps,
+        "targets": {r["name"]: r["meets_targets"] for r in results if "meets_targets" in r},
     }
-    with contextlib.suppress(Exception):
-        import torch
+    report = build_report(results, tier, install, started, time.time(), build, extra)
+    logs = sorted(work.glob("*.log"))
+    if not report["ok"] and logs:
+        report["log_tail"] = {p.name: p.read_text(errors="replace")[-4000:] for p in logs}
+    return report
 
-        major, minor = torch.cuda.get_device_capability(0)
-        env["DISTRS_KERNELS_CUDA_ARCH_LIST"] = f"{major}.{minor}"
-    return env
 
-
-def default_report_path() -> Path:
-    out = os.environ.get("OUT")
-    return Path(out) / "gpu-check.json" if out else Path("gpu-check.json")
+def compile_only(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    started = time.time()
+    build = build_candidates(
+        args.cache_dir or default_cache_dir(), args.arch or "9.0", args.jobs or os.cpu_count() or 2, work
+    )
+    return {
+        "format": REPORT_FORMAT,
+        "mode": "compile-only",
+        "ok": bool(build.get("ok")),
+        "seconds": round(time.time() - started, 3),
+        "build": build,
+        "failed": [] if build.get("ok") else ["build"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--report", type=Path, default=None, help="JSON report path (default $OUT/gpu-check.json)"
-    )
-    ap.add_argument("--budget-s", type=float, default=240.0, help="time for all checks together")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--report", type=Path, default=None, help="JSON report (default $OUT/gpu-check.json)")
+    ap.add_argument("--budget-s", type=float, default=450.0, help="time for the whole run")
+    ap.add_argument("--deadline-unix", type=float, default=None, help="the run's end (overrides --budget-s)")
     ap.add_argument("--only", nargs="*", default=None, help="run only these checks")
-    ap.add_argument("--junit", type=Path, default=None, help="make test-gpu's JUnit XML")
-    ap.add_argument("--test-gpu-rc", type=int, default=None)
-    ap.add_argument("--test-gpu-seconds", type=float, default=None)
+    ap.add_argument("--skip-tier", action="store_true", help="skip the GPU test tier")
+    ap.add_argument("--compile-only", action="store_true", help="only the kernelbench build (no GPU needed)")
+    ap.add_argument("--arch", default=None, help="CUDA architecture to build for (default: this GPU's)")
+    ap.add_argument("--cache-dir", default=None, help="kernelbench build cache (shared with the GPU tier)")
+    ap.add_argument("--jobs", type=int, default=None, help="compiler jobs per build (default: all cores)")
     ap.add_argument("--install", type=Path, default=None, help="JSON written by the install step")
-    ap.add_argument("--work", type=Path, default=None, help="folder for logs")
+    ap.add_argument("--work", type=Path, default=None, help="folder for logs and jails")
     args = ap.parse_args(argv)
     report_path = args.report or default_report_path()
     work = args.work or Path(os.environ.get("TMPDIR", "/tmp")) / f"distrs-gpu-check-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
-    checks = [(n, c) for n, c in CHECKS if args.only is None or n in args.only]
-    started = time.time()
-    test_gpu = None
-    if args.test_gpu_rc is not None:
-        test_gpu = {
-            "rc": args.test_gpu_rc,
-            "seconds": args.test_gpu_seconds,
-            "junit": parse_junit(args.junit),
-        }
-    install = json.loads(args.install.read_text()) if args.install and args.install.exists() else None
-    gpu_port = free_port()
-    results: list[dict[str, Any]]
-    try:
-        with distrs_up(work, gpu_port) as url, httpx.Client(base_url=url, timeout=30) as client:
-            ctx = Ctx(url, f"http://127.0.0.1:{gpu_port}", time.monotonic() + args.budget_s, work, client)
-            results = run_checks(checks, ctx)
-    except Exception as exc:  # the service did not start: say so in the report
-        results = [
-            {"name": "distrs_up", "ok": False, "error": f"{type(exc).__name__}: {exc}", "seconds": 0.0}
-        ]
-    report = build_report(results, test_gpu, install, started, time.time())
-    logs = sorted(work.glob("*.log"))
-    if not report["ok"] and logs:
-        report["log_tail"] = {p.name: p.read_text(errors="replace")[-4000:] for p in logs}
+    report = compile_only(args, work) if args.compile_only else full_run(args, work)
     write_report(report_path, report)
     print(
         f"[gpu-check] report: {report_path} ({'ok' if report['ok'] else 'FAILED: ' + ', '.join(report['failed'])})",

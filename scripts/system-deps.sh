@@ -19,8 +19,10 @@ command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v newuidmap >/dev/null || need+=(uidmap)
 command -v openssl >/dev/null || need+=(openssl)
+# Looked up where the jail looks (its PATH), not on this shell's: a runtime installed for one
+# user elsewhere (rustup's ~/.cargo/bin, say) is invisible to the jailed programs.
 while read -r cmd pkg; do
-  command -v "$cmd" >/dev/null || need+=("$pkg")
+  PATH=/usr/local/bin:/usr/bin:/bin command -v "$cmd" >/dev/null || need+=("$pkg")
 done <<'EOF'
 gcc gcc
 javac openjdk-17-jdk-headless

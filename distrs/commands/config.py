@@ -8,7 +8,7 @@ import typer
 from pydantic_settings import BaseSettings
 
 from distrs.config import PlannerSettings, ProxySettings, StoreSettings, WorkerSettings
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.kernelbench.settings import KernelSettings
 from distrs.rewards.math_reward import MathSettings
 from distrs.rewards.plugin import PluginSettings
@@ -57,10 +57,12 @@ def render() -> str:
     lines += [
         "## Pipelines",
         "",
-        "Stages and reward types come from `distrs/core/default_pipelines.yaml`, overlaid by the YAML",
-        "file named in `DISTRS_PIPELINES_FILE` (or `--config`). A stage: `resource` (cpu|gpu), `timeout_s`",
-        "(T_j of the timeout-aware rule), `cost` (C_j), `resources` (cpu, memory, gpus for the chart).",
-        "A reward type: its ordered list of stages.",
+        "Stages come from `distrs/core/default_pipelines.yaml` and reward types from their descriptors",
+        "(entry points of group `distrs.rewards`, docs/plugins.md), overlaid by the YAML file named in",
+        "`DISTRS_PIPELINES_FILE` (or `--config`). A stage: `resource` (cpu|gpu), `timeout_s` (T_j of the",
+        "timeout-aware rule), `cost` (C_j), `resources` (cpu, memory, gpus for the chart). A reward type:",
+        "its ordered list of stages, or the fields of its descriptor it changes (`stages`, `timeouts`:",
+        "its own T_j per stage), or `plugin` (a scorer function).",
         "",
     ]
     return "\n".join(lines)

@@ -1,36 +1,21 @@
-"""Reward types that need an optional extra of the ``distrs`` distribution.
+"""Whether an installed reward type's optional extra is missing here, by the type's name.
 
-``kernelbench`` needs torch and ninja (``pip install 'distrs[kernels]'``), several GB that most
-installs never use. A worker left to serve every type of its stage skips a type whose extra is
-missing (it would otherwise be not ready for all the others), and ``GET /v1/reward-types`` says
-such a type is not ready and names the extra. Requests of that type then end ``internal_error``
-naming it, never a score.
+A reward type names the extra it needs in its descriptor (``RewardType.extra``: ``kernelbench``
+needs ``distrs[kernels]``, torch and ninja, several GB that most installs never use). Where a
+table is at hand, read ``table.reward_types[name].extra``; this answers by name alone, from the
+installed types (``core/installed.py``), for ``GET /v1/reward-types``. Requests of a type whose
+extra is missing end ``internal_error`` naming it, never a score.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Extra:
-    name: str
-    modules: tuple[str, ...]
-
-
-EXTRAS: dict[str, Extra] = {"kernelbench": Extra("kernels", ("torch", "ninja"))}
+from distrs.core.installed import installed_types
 
 
 def missing_extra(reward_type: str) -> str | None:
-    """Why ``reward_type`` cannot run in this interpreter, or None when nothing is missing."""
-    extra = EXTRAS.get(reward_type)
-    if extra is None:
+    """Why ``reward_type`` cannot run in this interpreter, or None when nothing is missing (or the
+    type is not an installed one)."""
+    rt = installed_types().get(reward_type)
+    if rt is None or rt.extra is None:
         return None
-    absent = [m for m in extra.modules if importlib.util.find_spec(m) is None]
-    if not absent:
-        return None
-    return (
-        f"needs the '{extra.name}' extra ({', '.join(absent)} not installed): "
-        f"pip install 'distrs[{extra.name}]'"
-    )
+    return rt.extra.missing()

@@ -1,42 +1,48 @@
-"""Loading the pipeline table from YAML, with built-in defaults.
+"""The pipeline table: the stages of ``default_pipelines.yaml`` and the installed reward types,
+with a YAML file's overrides.
 
-The file format (documented in docs/configuration.md)::
+The file format (documented in docs/configuration.md and docs/plugins.md)::
 
     stages:
       compile: {resource: cpu, timeout_s: 120, cost: 1, resources: {cpu: "4", memory: 16Gi}}
       execute: {resource: gpu, timeout_s: 60, cost: 8, resources: {gpus: 1}}
     reward_types:
-      cuda: [compile, execute]
-      exact_match: {plugin: "my_rewards.scoring:exact_match"}          # stages default [verify]
+      cuda: [compile, execute]                                  # its stages
+      kernelbench: {timeouts: {compile: 900}}                   # fields of its descriptor
+      exact_match: {plugin: "my_rewards.scoring:exact_match"}   # a scorer, stages default [verify]
       judged_essay: {stages: [run], plugin: "my_rewards.essay:score"}
 
-A reward type with ``plugin`` is scored by that function (``module:function``) in a sandboxed
-child at its one stage (``distrs.rewards.plugin``). Reward types installed as entry points of
-group ``distrs.rewards`` that the file and defaults do not name are added with stages
-``[verify]``, so installing a plugin package is enough to serve it; so is every language of
-``languages.yaml`` without a built-in type, with stages ``[run]``.
+Reward types come from their descriptors (``core/reward_type.py``), one per entry point of group
+``distrs.rewards`` (``core/installed.py``), and from ``languages.yaml`` (every language without a
+built-in type is a type with stage ``[run]``). A file's entry for a type overrides the fields it
+names (``stages``, ``timeouts``; a list is short for ``stages``) and keeps the rest: the handlers,
+the extra, the settings, the route hook. An entry for a type no descriptor declares defines it with
+just its stages; ``plugin`` makes the type a scorer plugin at its one stage. Stages given in a file
+merge over the defaults field by field. Validation uses pydantic, so a bad file gets an error
+naming the field.
 
-Stages and types given in a file are merged over the defaults, so a file only names what it
-changes. Validation uses pydantic so a bad file gets an error naming the field.
-
-The plugin import paths of every table built in this process are kept in one mapping
-(:func:`declared_plugins`), which the workers' handler registry reads: the table type itself
-carries only stages.
+A descriptor naming a stage the table lacks is logged and left out, like an entry point that does
+not load: one plugin package must not keep the service from starting.
 """
 
 from __future__ import annotations
 
-import re
+import dataclasses
+import logging
+from collections.abc import Mapping
 from importlib import resources
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from distrs.core.installed import IMPORT_PATH, PLUGIN_STAGE, installed_types
 from distrs.core.languages import LANGUAGE_STAGE, generic_languages
-from distrs.core.stages import PipelineTable, ResourceClass, RewardType, StageSpec, WorkerResources
+from distrs.core.reward_type import RewardType
+from distrs.core.stages import PipelineTable, ResourceClass, StageSpec, WorkerResources
+
+log = logging.getLogger(__name__)
 
 
 class _Resources(BaseModel):
@@ -54,54 +60,40 @@ class _Stage(BaseModel):
     resources: _Resources = Field(default_factory=_Resources)
 
 
-ENTRY_POINT_GROUP = "distrs.rewards"
-PLUGIN_STAGE = "verify"
-HANDLERS_ATTR = "HANDLERS"
-IMPORT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
-_DECLARED: dict[str, tuple[str, str]] = {}
+class _TypeOverride(BaseModel):
+    """A file's entry for one reward type: the descriptor fields it changes."""
 
-
-class _PluginType(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    stages: list[str] = Field(default_factory=lambda: [PLUGIN_STAGE], min_length=1, max_length=1)
-    plugin: str
+    stages: list[str] | None = None
+    timeouts: dict[str, float] | None = None
+    plugin: str | None = None
 
     @field_validator("plugin")
     @classmethod
-    def _path(cls, v: str) -> str:
-        if not IMPORT_PATH.match(v):
+    def _path(cls, v: str | None) -> str | None:
+        if v is not None and not IMPORT_PATH.match(v):
             raise ValueError(f"must be an import path 'package.module:function', got {v!r}")
         return v
+
+    @field_validator("timeouts")
+    @classmethod
+    def _positive(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for stage, t in (v or {}).items():
+            if t <= 0:
+                raise ValueError(f"{stage}: must be > 0, got {t!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_stage(self) -> _TypeOverride:
+        if self.plugin is not None and self.stages is not None and len(self.stages) != 1:
+            raise ValueError("a scorer plugin runs at exactly one stage")
+        return self
 
 
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid")
     stages: dict[str, _Stage] = Field(default_factory=dict)
-    reward_types: dict[str, list[str] | _PluginType] = Field(default_factory=dict)
-
-
-def declared_plugins() -> dict[str, tuple[str, str]]:
-    """Reward type -> (import path, stage) of every plugin type a table in this process declared."""
-    return dict(_DECLARED)
-
-
-def installed_plugin_types() -> list[str]:
-    """Reward types installed as scoring-function entry points of group ``distrs.rewards``.
-
-    Entry points named ``...:HANDLERS`` are stage-handler tables (the built-ins); their stages
-    come from the pipelines file, not from here.
-    """
-    return sorted(
-        {
-            ep.name
-            for ep in entry_points(group=ENTRY_POINT_GROUP)
-            if _valid(ep.value) and ep.attr != HANDLERS_ATTR
-        }
-    )
-
-
-def _valid(value: str) -> bool:
-    return bool(IMPORT_PATH.match(value.strip()))
+    reward_types: dict[str, list[str] | _TypeOverride] = Field(default_factory=dict)
 
 
 def _defaults_text() -> str:
@@ -109,8 +101,9 @@ def _defaults_text() -> str:
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Reward types are replaced whole; a stage's fields merge over the default stage's, so
-    ``execute: {timeout_s: 300}`` keeps it a GPU stage with its cost and resources."""
+    """A file over the defaults: a stage's fields merge over the default stage's, so ``execute:
+    {timeout_s: 300}`` keeps it a GPU stage with its cost and resources; a reward type's entry
+    replaces the defaults' entry for it (the descriptor's fields stay underneath either)."""
     out = dict(base)
     for key in ("stages", "reward_types"):
         merged = dict(base.get(key) or {})
@@ -124,8 +117,36 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def overridden(rt: RewardType | None, name: str, spec: list[str] | _TypeOverride) -> RewardType:
+    """The descriptor ``rt`` (None: a type of the file's own) with a file's entry over it."""
+    o = _TypeOverride(stages=spec) if isinstance(spec, list) else spec
+    if o.plugin is not None:
+        stages = tuple(o.stages or (PLUGIN_STAGE,))
+        return RewardType(name=name, stages=stages, timeouts=o.timeouts or {}, plugin=o.plugin)
+    if rt is None:
+        if o.stages is None:
+            raise ValueError(f"reward_types.{name}: no installed type of that name; give its stages")
+        return RewardType(name=name, stages=tuple(o.stages), timeouts=o.timeouts or {})
+    stages = tuple(o.stages) if o.stages is not None else rt.stages
+    kept = {s: t for s, t in rt.timeouts.items() if s in stages}  # the file's own are checked
+    timeouts = {**kept, **(o.timeouts or {})}
+    return dataclasses.replace(rt, stages=stages, timeouts=timeouts)
+
+
+def _served(types: Mapping[str, RewardType], stages: Mapping[str, StageSpec]) -> dict[str, RewardType]:
+    out = {}
+    for name, rt in types.items():
+        unknown = [s for s in rt.stages if s not in stages]
+        if unknown:
+            log.warning("reward type %r names unknown stage %r; not served", name, unknown[0])
+        else:
+            out[name] = rt
+    return out
+
+
 def table_from_mapping(data: dict[str, Any]) -> PipelineTable:
-    """Build and validate a table from parsed YAML (raises pydantic.ValidationError / ValueError)."""
+    """Build and validate a table from parsed YAML over the installed reward types (raises
+    pydantic.ValidationError / ValueError)."""
     parsed = _File.model_validate(data)
     stages = {
         name: StageSpec(
@@ -137,19 +158,13 @@ def table_from_mapping(data: dict[str, Any]) -> PipelineTable:
         )
         for name, s in parsed.stages.items()
     }
-    types: dict[str, RewardType] = {}
-    for name, spec in parsed.reward_types.items():
-        if isinstance(spec, _PluginType):
-            _DECLARED[name] = (spec.plugin, spec.stages[0])
-            types[name] = RewardType(name=name, stages=tuple(spec.stages))
-        else:
-            types[name] = RewardType(name=name, stages=tuple(spec))
-    if PLUGIN_STAGE in stages:
-        for name in installed_plugin_types():
-            types.setdefault(name, RewardType(name=name, stages=(PLUGIN_STAGE,)))
+    types = dict(installed_types())
     if LANGUAGE_STAGE in stages:  # every language of languages.yaml is a reward type
         for name in generic_languages():
             types.setdefault(name, RewardType(name=name, stages=(LANGUAGE_STAGE,)))
+    types = _served(types, stages)
+    for name, spec in parsed.reward_types.items():
+        types[name] = overridden(types.get(name), name, spec)
     return PipelineTable(stages=stages, reward_types=types)
 
 

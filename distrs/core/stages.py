@@ -1,14 +1,18 @@
-"""Stages, reward types and the pipeline table that ties them together.
+"""Stages and the pipeline table that ties them to the reward types.
 
-A reward *type* (``cuda``, ``cpp`` ...) is an ordered list of *stages*; a stage is a worker pool
-with a resource class, a timeout threshold T_j and a per-worker cost C_j (DistRS Eq. 5, Sec. 5.1).
-The table is plain data so the pure scaling code, the proxy and the chart all read the same thing.
+A reward *type* (``cuda``, ``cpp`` ..., ``core/reward_type.py``) is an ordered list of *stages*;
+a stage is a worker pool with a resource class, a timeout threshold T_j and a per-worker cost C_j
+(DistRS Eq. 5, Sec. 5.1). A type may bound its own requests at a stage by a timeout of its own
+(``RewardType.timeouts``); :meth:`PipelineTable.timeout_s` answers for a (type, stage). The table
+is plain data so the pure scaling code, the proxy and the chart all read the same thing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from distrs.core.reward_type import RewardType
 
 
 class ResourceClass(StrEnum):
@@ -43,14 +47,6 @@ class StageSpec:
 
 
 @dataclass(frozen=True)
-class RewardType:
-    """A reward type: the ordered stages a request of this type may pass through."""
-
-    name: str
-    stages: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class PipelineTable:
     """All stages and reward types the service knows, validated to be consistent."""
 
@@ -58,9 +54,7 @@ class PipelineTable:
     reward_types: dict[str, RewardType]
 
     def __post_init__(self) -> None:
-        for rt in self.reward_types.values():
-            if not rt.stages:
-                raise ValueError(f"reward type {rt.name!r} has no stages")
+        for rt in self.reward_types.values():  # a RewardType has stages, each once
             for s in rt.stages:
                 if s not in self.stages:
                     raise ValueError(f"reward type {rt.name!r} names unknown stage {s!r}")
@@ -77,7 +71,12 @@ class PipelineTable:
         i = order.index(stage)
         return order[i + 1] if i + 1 < len(order) else None
 
+    def timeout_s(self, reward_type: str, stage: str) -> float:
+        """T_j of ``stage`` for requests of ``reward_type``: the type's own, else the stage's."""
+        own = self.reward_types[reward_type].timeouts.get(stage)
+        return self.stages[stage].timeout_s if own is None else own
+
     def timeouts_from(self, reward_type: str, stage: str) -> float:
         """Σ_{j≥k} T_j for the remaining stages of a type (the LT term of DistRS Sec. 5.1)."""
         order = self.reward_types[reward_type].stages
-        return sum(self.stages[s].timeout_s for s in order[order.index(stage) :])
+        return sum(self.timeout_s(reward_type, s) for s in order[order.index(stage) :])

@@ -21,19 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from distrs.core.model import Status
-from distrs.rewards import cxx_pch
-from distrs.rewards.judge import (
-    MAX_BINARY_BYTES,
-    Case,
-    CaseResult,
-    InvalidPayload,
-    JudgedPayload,
-    JudgeSettings,
-    MiB,
-    compile_program,
-    snippet,
-    write_inputs,
-)
+from distrs.rewards.base import MAX_BINARY_BYTES, InvalidPayload, MiB, snippet
+from distrs.rewards.cxx_pch import JudgePch
+from distrs.rewards.judge.cases import CaseResult, write_inputs
+from distrs.rewards.judge.compiler import compile_program
+from distrs.rewards.judge.payload import Case, JudgedPayload
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.sandbox import Limits, Mounts, RunResult, Sandbox
 
 CHECKER_LANGUAGES = ("cpp", "python")
@@ -97,16 +90,22 @@ class Checker:
 
 
 def prepare_checker(
-    sandbox: Sandbox, spec: CheckerSpec, p: JudgedPayload, settings: JudgeSettings, python: tuple[str, Mounts]
+    sandbox: Sandbox,
+    spec: CheckerSpec,
+    p: JudgedPayload,
+    settings: JudgeSettings,
+    python: tuple[str, Mounts],
+    cxx_pch: JudgePch,
 ) -> Checker:
-    """Compile (C++) or stage (python) the checker; InvalidPayload when it does not compile."""
+    """Compile (C++, with the handler's precompiled header where there is one) or stage (python)
+    the checker; InvalidPayload when it does not compile."""
     if spec.language == "python":
         exe, mounts = python
         return Checker(sandbox, spec.code.encode(), [exe, "-I", "-B", "checker.py"], "checker.py", mounts, p)
     with sandbox.session() as s:
         write_inputs(s, p)
         s.write_file("checker.cpp", spec.code.encode())
-        pch = cxx_pch.for_judge(settings, sandbox.isolation)  # testlib checkers include bits/stdc++.h too
+        pch = cxx_pch.use(sandbox.isolation)  # testlib checkers include bits/stdc++.h too
         argv = [settings.cxx, *settings.cxx_flags, *(pch.args if pch else ()), "-o", "checker", "checker.cpp"]
         failed, binary, _ = compile_program(
             s,

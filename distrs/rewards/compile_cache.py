@@ -12,7 +12,6 @@ handlers in threads.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -25,11 +24,10 @@ from dataclasses import dataclass
 from distrs.rewards.base import StageOutput
 
 
-@functools.cache
 def tool_identity(executable: str, path: str | None = None) -> str:
     """``realpath:size:mtime_ns`` of the program ``executable`` names (looked up in ``path``), or
     the bare name where it is not found (the compile then fails, and failures key on it alike).
-    Cached per process: a worker's image does not change under it."""
+    A handler asks once per compiler (:class:`ToolIdentities`): its image does not change under it."""
     found = shutil.which(executable, path=path)
     if found is None:
         return executable
@@ -98,9 +96,14 @@ class CompileCache:
                 self._bytes -= s
 
 
-@functools.cache
-def process_cache(max_bytes: int) -> CompileCache:
-    """The cache every language of ``languages.yaml`` shares in one worker process (created on
-    first use): one memory bound for all of them rather than one per language. Keys name the
-    language, so sharing never mixes them up."""
-    return CompileCache(max_bytes)
+class ToolIdentities:
+    """:func:`tool_identity` per (executable, path), asked once each: what one handler keeps."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str | None], str] = {}
+
+    def __call__(self, executable: str, path: str | None = None) -> str:
+        key = (executable, path)
+        if key not in self._known:
+            self._known[key] = tool_identity(executable, path)
+        return self._known[key]

@@ -7,25 +7,19 @@ never from the payload (flags such as ``-fplugin`` would run arbitrary code at c
 
 from __future__ import annotations
 
-from distrs.rewards import cxx_pch, judged_handler
-from distrs.rewards.base import StageInput, StageOutput
+from distrs.core.reward_type import RewardType
+from distrs.rewards.base import StageInput, StageOutput, stage_budget
 from distrs.rewards.cxx_pch import PchUse
-from distrs.rewards.judge import (
-    LIMITS_CUT_ARTIFACT,
-    JudgedPayload,
-    case_limits,
-    fetch_outputs,
-    limit_cuts,
-    run_tests,
-    stage_budget,
-    verdict_output,
-    write_inputs,
-)
-from distrs.rewards.judged_handler import BINARY, JudgedHandler, binary_artifact
+from distrs.rewards.judge import handler
+from distrs.rewards.judge.cases import fetch_outputs, run_tests, verdict_output, write_inputs
+from distrs.rewards.judge.handler import BINARY, JudgedHandler, binary_artifact
+from distrs.rewards.judge.limits import LIMITS_CUT_ARTIFACT, case_limits, limit_cuts
+from distrs.rewards.judge.payload import JudgedPayload
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.sandbox import Limits
 
 
-class CompileHandler(judged_handler.CompileHandler):
+class CompileHandler(handler.CompileHandler):
     """g++ → artifact ``binary``; compile errors end the request ``compile_error``."""
 
     source = "main.cpp"
@@ -35,7 +29,7 @@ class CompileHandler(judged_handler.CompileHandler):
 
     def pch(self) -> PchUse | None:
         """``bits/stdc++.h`` precompiled for this compiler and these flags (``cxx_pch.py``)."""
-        return cxx_pch.for_judge(self._settings, self.sandbox.isolation)
+        return self.cxx_pch.use(self.sandbox.isolation)
 
     def ready(self) -> tuple[bool, str]:
         ok, why = super().ready()
@@ -65,5 +59,10 @@ class RunHandler(JudgedHandler):
         return verdict_output(v, p, sandbox.isolation, files, **cut)
 
 
-# Entry point ``cpp`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
-HANDLERS = {"compile": CompileHandler, "run": RunHandler}
+# Entry point ``cpp`` of group ``distrs.rewards`` (pyproject.toml).
+REWARD_TYPE = RewardType(
+    name="cpp",
+    stages=("compile", "run"),
+    handlers={"compile": CompileHandler, "run": RunHandler},
+    settings=JudgeSettings,
+)

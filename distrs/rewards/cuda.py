@@ -28,21 +28,17 @@ import os
 import statistics
 
 from distrs.core.model import Status
-from distrs.rewards import judged_handler
-from distrs.rewards.base import StageInput, StageOutput
+from distrs.core.reward_type import RewardType
+from distrs.rewards import cuda_toolkit
+from distrs.rewards.base import StageInput, StageOutput, stage_budget
+from distrs.rewards.cuda_toolkit import Toolkit
 from distrs.rewards.gpu_env import timing_flags
-from distrs.rewards.judge import (
-    JudgedPayload,
-    JudgeSettings,
-    Verdict,
-    case_details,
-    case_limits,
-    raw_run,
-    run_tests,
-    score_of,
-    stage_budget,
-)
-from distrs.rewards.judged_handler import BINARY, JudgedHandler, binary_artifact
+from distrs.rewards.judge import handler
+from distrs.rewards.judge.cases import Verdict, case_details, raw_run, run_tests, score_of
+from distrs.rewards.judge.handler import BINARY, JudgedHandler, binary_artifact
+from distrs.rewards.judge.limits import case_limits
+from distrs.rewards.judge.payload import JudgedPayload
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.sandbox import Limits, MemoryKind, Mounts, Sandbox
 from distrs.sandbox.jail import JAIL_WORKDIR
 
@@ -77,13 +73,49 @@ def gpu_mounts(dev: str = "/dev") -> Mounts:
     return Mounts(dev_paths=tuple(sorted(set(nodes))), sys=True)
 
 
-class CompileHandler(judged_handler.CompileHandler):
-    """nvcc → artifact ``binary``; compile errors end the request ``compile_error``."""
+class CompileHandler(handler.CompileHandler):
+    """nvcc → artifact ``binary``; compile errors end the request ``compile_error``.
+
+    nvcc is resolved once per handler, on the worker (``cuda_toolkit.py``; the worker's image does
+    not change under it), and run by absolute path; while it is not found, it is looked for again."""
 
     source = "main.cu"
 
+    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
+        super().__init__(sandbox, settings)
+        self._toolkit: Toolkit | None = None
+
+    def toolkit(self) -> Toolkit | None:
+        if self._toolkit is None:
+            s = self._settings
+            self._toolkit = cuda_toolkit.resolve(s.nvcc, s.cuda_home)
+        return self._toolkit
+
+    def absent(self) -> str | None:
+        """No CUDA toolkit in this install: a compile pool built without one serves the other types."""
+        if self.toolkit() is None:
+            return cuda_toolkit.missing(self._settings.nvcc, self._settings.cuda_home)
+        return None
+
+    def ready(self) -> tuple[bool, str]:
+        if self.toolkit() is None:
+            return False, cuda_toolkit.missing(self._settings.nvcc, self._settings.cuda_home)
+        return super().ready()
+
+    def run(self, inp: StageInput) -> StageOutput:
+        if self.toolkit() is None:  # never leased while not ready; if it was, not the model's fault
+            why = cuda_toolkit.missing(self._settings.nvcc, self._settings.cuda_home)
+            return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=why)
+        return super().run(inp)
+
     def compiler(self) -> list[str]:
-        return [self._settings.nvcc, *self._settings.nvcc_flags]
+        tk = self.toolkit()
+        return [tk.nvcc if tk is not None else self._settings.nvcc, *self._settings.nvcc_flags]
+
+    def tool_mounts(self) -> Mounts | None:
+        tk = self.toolkit()
+        paths = cuda_toolkit.jail_ro_paths(tk) if tk is not None else ()
+        return Mounts(ro_paths=paths) if paths else None
 
     def memory_mb(self) -> int:
         return max(self._settings.compile_memory_mb, 8192)
@@ -152,5 +184,10 @@ class ExecuteHandler(JudgedHandler):
         )
 
 
-# Entry point ``cuda`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
-HANDLERS = {"compile": CompileHandler, "execute": ExecuteHandler}
+# Entry point ``cuda`` of group ``distrs.rewards`` (pyproject.toml).
+REWARD_TYPE = RewardType(
+    name="cuda",
+    stages=("compile", "execute"),
+    handlers={"compile": CompileHandler, "execute": ExecuteHandler},
+    settings=JudgeSettings,
+)

@@ -31,7 +31,6 @@ directory holding nothing but ``bits/stdc++.h.gch``, searched before the system 
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import shutil
@@ -44,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distrs.rewards.compile_cache import tool_identity
-from distrs.rewards.judge import JudgeSettings, judge_settings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.pch_store import PchStore
 from distrs.sandbox.base import Mounts, default_env
 from distrs.sandbox.local import BWRAP
@@ -59,7 +58,6 @@ BUILD_TIMEOUT_S = 600.0
 PROBE = "#include <bits/stdc++.h>\nint main() { return 0; }\n"
 
 
-@functools.cache
 def gcc_identity(cxx: str, path: str = JAIL_PATH) -> str | None:
     """The identity of the GCC C++ compiler ``cxx`` names (looked up in ``path``): its real path,
     size and modification time and its ``--version`` text; None where it is missing or not GCC."""
@@ -109,6 +107,7 @@ def precompile(cxx: str, flags: Sequence[str], out: Path) -> bool:
         def run(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
                 [compiler, *flags, *args],
+                stdin=subprocess.DEVNULL,
                 cwd=tmp,
                 env=env,
                 capture_output=True,
@@ -152,9 +151,9 @@ def default_root() -> str:
     return str(d)
 
 
-@functools.cache
 def store(cxx: str, root: str, image_dir: str) -> PchStore | None:
-    """The process's store for compiler ``cxx`` (None where it is missing or not GCC)."""
+    """A store for compiler ``cxx`` (None where it is missing or not GCC); :class:`JudgePch`
+    keeps one per handler."""
     identity = gcc_identity(cxx)
     if identity is None:
         return None
@@ -191,26 +190,41 @@ def pch_use(
     the header is being made (the first call starts making it)."""
     if not enabled or isolation != BWRAP:
         return None
-    s = store(cxx, root, image_dir)
-    if s is None:
-        return None
-    d = s.get(list(flags), wait=wait)
+    return use_of(store(cxx, root, image_dir), flags, wait=wait)
+
+
+def use_of(s: PchStore | None, flags: Sequence[str], *, wait: bool) -> PchUse | None:
+    """The header ``s`` has for ``flags`` (None: no store, or the header is being made)."""
+    d = s.get(list(flags), wait=wait) if s is not None else None
     if d is None:
         return None
     return PchUse(("-I", JAIL_PCH_DIR), Mounts(binds=((d, JAIL_PCH_DIR),)))
 
 
+class JudgePch:
+    """The precompiled header of one handler's C++ compiles (``DISTRS_JUDGE_CXX*``): the store is
+    made on first use (asking the compiler who it is) and kept by the handler."""
+
+    def __init__(self, settings: JudgeSettings) -> None:
+        self._settings = settings
+        self._store: PchStore | None = None
+        self._made = False
+
+    def use(self, isolation: str, *, wait: bool = False) -> PchUse | None:
+        """:func:`pch_use` for the judge's compiler and flags, with the kept store."""
+        s = self._settings
+        if not s.cxx_pch or isolation != BWRAP:
+            return None
+        if not self._made:
+            self._store = store(s.cxx, s.cxx_pch_dir, s.cxx_pch_image_dir)
+            self._made = True
+        return use_of(self._store, s.cxx_flags, wait=wait)
+
+
 def for_judge(settings: JudgeSettings, isolation: str, *, wait: bool = False) -> PchUse | None:
-    """:func:`pch_use` for the judge's C++ compiler and flags (``DISTRS_JUDGE_CXX*``)."""
-    return pch_use(
-        settings.cxx,
-        settings.cxx_flags,
-        isolation,
-        enabled=settings.cxx_pch,
-        root=settings.cxx_pch_dir,
-        image_dir=settings.cxx_pch_image_dir,
-        wait=wait,
-    )
+    """:func:`pch_use` for the judge's C++ compiler and flags, once (a handler keeps a
+    :class:`JudgePch` instead)."""
+    return JudgePch(settings).use(isolation, wait=wait)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -220,7 +234,7 @@ def main(argv: Sequence[str]) -> int:
         print("usage: python -m distrs.rewards.cxx_pch DIR", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO)
-    settings = judge_settings()
+    settings = JudgeSettings()
     s = store(settings.cxx, argv[0], "")
     if s is None:
         print(f"{settings.cxx}: not found or not GCC; nothing precompiled", file=sys.stderr)

@@ -10,7 +10,8 @@ compile cache per handler makes the same program, sent once per test case, compi
 
 A language whose runtime is not installed on this worker is not registered here
 (:func:`installed_languages`), so it cannot make a worker report itself not ready; a request
-for it reaching such a worker ends ``internal_error`` ("no handler").
+for it reaching such a worker ends ``internal_error`` ("no handler"). The handlers the registry
+makes share one settings object and one compile cache (:func:`language_handlers`).
 """
 
 from __future__ import annotations
@@ -23,22 +24,13 @@ import stat
 
 from distrs.core.languages import LanguageSpec, generic_languages
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput
-from distrs.rewards.compile_cache import CompileCache, CompiledFiles, cache_key, process_cache, tool_identity
-from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import (
-    JudgedPayload,
-    MiB,
-    case_limits,
-    fetch_outputs,
-    limit_cuts,
-    run_tests,
-    snippet,
-    stage_budget,
-    verdict_output,
-    write_inputs,
-)
-from distrs.rewards.judged_handler import JAIL_PATH, JudgedHandler
+from distrs.rewards.base import MiB, StageInput, StageOutput, snippet, stage_budget
+from distrs.rewards.compile_cache import CompileCache, CompiledFiles, cache_key
+from distrs.rewards.judge.cases import fetch_outputs, run_tests, verdict_output, write_inputs
+from distrs.rewards.judge.handler import JAIL_PATH, JudgedHandler
+from distrs.rewards.judge.limits import case_limits, limit_cuts
+from distrs.rewards.judge.payload import JudgedPayload
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.sandbox import Limits, MemoryKind, Mounts, Session
 from distrs.sandbox.jail import JAIL_WORKDIR
 
@@ -72,8 +64,8 @@ def installed_languages(python: str = "") -> dict[str, LanguageSpec]:
 class LanguageRunHandler(JudgedHandler):
     """Compile (if the language has a compile step) and run the tests of one language.
 
-    Compile outcomes are kept in the worker's :func:`process_cache`, one for every language
-    (``DISTRS_JUDGE_COMPILE_CACHE_MB``), keyed like ``cpp``'s by language, compiler identity and
+    Compile outcomes are kept in ``cache``, one for every language of a worker
+    (``DISTRS_JUDGE_COMPILE_CACHE_MB``; a handler of its own without one), keyed like ``cpp``'s by language, compiler identity and
     command, source and input files: the same program sent once per test case compiles once on
     this worker. A successful compile is cached as the top-level files it left in the work dir
     (replayed into the next session's work dir); one that made anything else there (a
@@ -87,7 +79,7 @@ class LanguageRunHandler(JudgedHandler):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.name = name
         self.spec = spec
-        self._cache = cache or process_cache(self._settings.compile_cache_mb * MiB)
+        self._cache = cache or CompileCache(self._settings.compile_cache_mb * MiB)
         self.compiles = 0  # compiler runs of this handler (cache hits do not count)
         self._has_proc: bool | None = None
 
@@ -97,7 +89,7 @@ class LanguageRunHandler(JudgedHandler):
         return True, ""
 
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
-        exe, base_mounts = interpreter(self._settings.python)
+        exe, base_mounts = self.python.get()
         spec = self.spec
         mounts = Mounts(ro_paths=(*base_mounts.ro_paths, *spec.mounts), self_exe=self_exe(spec))
         env = {k: v.replace("{workdir}", JAIL_WORKDIR) for k, v in spec.env.items()}
@@ -118,7 +110,7 @@ class LanguageRunHandler(JudgedHandler):
             s.write_file(spec.file, p.code.encode())
             if spec.compile:
                 argv = _expand(spec.compile, exe)
-                key = cache_key([self.name, tool_identity(argv[0], JAIL_PATH), *argv], p.code, p.files)
+                key = cache_key([self.name, self.tools(argv[0], JAIL_PATH), *argv], p.code, p.files)
                 cached = self._cache.get(key)
                 if isinstance(cached, StageOutput):  # the compiler's refusal, as it was
                     return StageOutput.final(
@@ -208,10 +200,13 @@ class LanguageRunHandler(JudgedHandler):
         return CompiledFiles(tuple(sorted(files)))
 
 
-@functools.cache
 def language_handlers() -> dict[str, functools.partial[LanguageRunHandler]]:
-    """Reward type -> handler factory for every installed generic language."""
+    """Reward type -> handler factory for every installed generic language: one settings object
+    (``DISTRS_JUDGE_*``) and one compile cache for all of them (one memory bound rather than one
+    per language; keys name the language, so sharing never mixes them up)."""
+    settings = JudgeSettings()
+    cache = CompileCache(settings.compile_cache_mb * MiB)
     return {
-        name: functools.partial(LanguageRunHandler, name, spec)
-        for name, spec in installed_languages().items()
+        name: functools.partial(LanguageRunHandler, name, spec, cache=cache, settings=settings)
+        for name, spec in installed_languages(settings.python).items()
     }

@@ -39,13 +39,13 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from distrs import sandbox as sandboxes
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput
+from distrs.core.reward_type import RewardType
+from distrs.rewards.base import MiB, StageInput, StageOutput, snippet, stage_budget
 from distrs.rewards.boxed import BoxChoice, chosen_answers
-from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
+from distrs.rewards.interpreter import Interpreter
 from distrs.sandbox import Limits, Sandbox, SandboxError
-from distrs.sandbox import readiness as sandbox_readiness
 
 CHILD_SOURCE = Path(__file__).with_name("math_child.py")
 
@@ -114,6 +114,7 @@ class MathChecker:
         self._sandbox = sandbox
         self._settings = settings
         self._child_source = child_source
+        self._python = Interpreter(settings.python)
         self._req_id = 0
         self._lock = threading.Lock()
         self._stack: ExitStack | None = None
@@ -123,7 +124,7 @@ class MathChecker:
         self._sel: selectors.BaseSelector | None = None  # watches the child's reply pipe
 
     def _start(self, deadline: float) -> subprocess.Popen[bytes]:
-        exe, mounts = interpreter(self._settings.python)
+        exe, mounts = self._python.get()
         stack = ExitStack()
         session = stack.enter_context(self._sandbox.session())
         session.write_file("math_child.py", self._child_source.read_bytes())
@@ -274,11 +275,11 @@ class VerifyHandler:
                 return False, f"math-verify not installed: {e}"
             if not self._installed:
                 return False, "math-verify not installed: no module named 'math_verify'"
-        return (True, "") if self._sandbox is not None else sandbox_readiness()
+        return (True, "") if self._sandbox is not None else sandboxes.readiness()
 
     def _get_checker(self) -> MathChecker:
         if self._checker is None:
-            self._checker = MathChecker(self._sandbox or shared_sandbox(), self._settings)
+            self._checker = MathChecker(self._sandbox or sandboxes.shared(), self._settings)
         return self._checker
 
     def run(self, inp: StageInput) -> StageOutput:
@@ -341,5 +342,7 @@ class VerifyHandler:
             self._checker.close()
 
 
-# Entry point ``math`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
-HANDLERS = {"verify": VerifyHandler}
+# Entry point ``math`` of group ``distrs.rewards`` (pyproject.toml).
+REWARD_TYPE = RewardType(
+    name="math", stages=("verify",), handlers={"verify": VerifyHandler}, settings=MathSettings
+)

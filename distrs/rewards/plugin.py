@@ -25,7 +25,6 @@ the interpreter's start on every call (``distrs/sandbox/forked_run.py``).
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import math
@@ -35,22 +34,16 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from distrs import sandbox as sandboxes
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput
-from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import MiB, shared_sandbox, snippet, stage_budget
+from distrs.rewards.base import MiB, StageInput, StageOutput, snippet, stage_budget
+from distrs.rewards.interpreter import Interpreter
 from distrs.sandbox import Limits, Mounts, Sandbox
 from distrs.sandbox.forked_run import run_forked
 from distrs.sandbox.local import LocalSandbox, LocalSession
 from distrs.sandbox.zygote import Zygote
 
 CHILD_SOURCE = Path(__file__).with_name("plugin_child.py")
-
-
-@functools.cache
-def child_source() -> str:
-    return CHILD_SOURCE.read_text()
-
 
 _STATUSES = {s.value for s in Status}
 
@@ -72,7 +65,6 @@ class PluginSettings(BaseSettings):
     )
 
 
-@functools.cache
 def plugin_root(entry: str) -> str | None:
     """The directory holding the plugin's top-level package, found without importing it."""
     top = entry.partition(":")[0].split(".")[0]
@@ -118,7 +110,10 @@ def _plugin_error(message: str, **extra: Any) -> StageOutput:
 
 
 class PluginHandler:
-    """Runs ``entry`` (``module:function``) on each request's payload in a fresh jailed child."""
+    """Runs ``entry`` (``module:function``) on each request's payload in a fresh jailed child.
+
+    What it needs to know once - the interpreter, the plugin package's directory, the child's
+    program - it finds on first use and keeps."""
 
     def __init__(
         self, entry: str, sandbox: Sandbox | None = None, settings: PluginSettings | None = None
@@ -126,10 +121,26 @@ class PluginHandler:
         self.entry = entry
         self._sandbox = sandbox
         self._settings = settings or PluginSettings()
+        self.python = Interpreter(self._settings.python)
+        self._root: str | None = None
+        self._root_found = False
+        self._child: bytes | None = None
+
+    def root(self) -> str | None:
+        """:func:`plugin_root` of the entry, found once."""
+        if not self._root_found:
+            self._root, self._root_found = plugin_root(self.entry), True
+        return self._root
+
+    def child_source(self) -> bytes:
+        """``plugin_child.py``, read once."""
+        if self._child is None:
+            self._child = CHILD_SOURCE.read_bytes()
+        return self._child
 
     def ready(self) -> tuple[bool, str]:
         try:
-            interpreter(self._settings.python)
+            self.python.get()
             if importlib.util.find_spec(self.entry.partition(":")[0].split(".")[0]) is None:
                 return False, f"plugin {self.entry!r}: package not installed"
         except Exception as e:
@@ -139,11 +150,11 @@ class PluginHandler:
     def _zygote(self, sandbox: Sandbox, exe: str, mounts: Mounts) -> Zygote | None:
         if not self._settings.zygote or not isinstance(sandbox, LocalSandbox):
             return None
-        return sandbox.zygote(exe, child_source(), mounts)
+        return sandbox.zygote(exe, self.child_source().decode(), mounts)
 
     def run(self, inp: StageInput) -> StageOutput:
-        exe, mounts = interpreter(self._settings.python)
-        root = plugin_root(self.entry)
+        exe, mounts = self.python.get()
+        root = self.root()
         sys_path: list[str] = []
         if root is not None and _outside(root, mounts.ro_paths):
             mounts = Mounts(ro_paths=(*mounts.ro_paths, root), dev_paths=mounts.dev_paths, sys=mounts.sys)
@@ -159,13 +170,13 @@ class PluginHandler:
             output_bytes=4 * MiB,
         )
         request = json.dumps({"entry": self.entry, "payload": inp.payload, "sys_path": sys_path})
-        sandbox = self._sandbox or shared_sandbox()
+        sandbox = self._sandbox or sandboxes.shared()
         zygote = self._zygote(sandbox, exe, mounts)
         with sandbox.session() as s:
             if zygote is not None and isinstance(s, LocalSession):
                 r = run_forked(s, zygote, [], stdin=request.encode(), limits=limits)
             else:
-                s.write_file("plugin_child.py", CHILD_SOURCE.read_bytes())
+                s.write_file("plugin_child.py", self.child_source())
                 r = s.run(
                     [exe, "-I", "-B", "plugin_child.py"],
                     limits=limits,

@@ -25,7 +25,6 @@ request, the same jail, the same server.
 
 from __future__ import annotations
 
-import functools
 import re
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -33,20 +32,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput
-from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import (
-    JudgedPayload,
-    Verdict,
-    case_limits,
-    fetch_outputs,
-    limit_cuts,
-    run_tests,
-    stage_budget,
-    verdict_output,
-    write_inputs,
-)
-from distrs.rewards.judged_handler import JudgedHandler
+from distrs.core.reward_type import RewardType
+from distrs.rewards.base import StageInput, StageOutput, stage_budget
+from distrs.rewards.judge.cases import Verdict, fetch_outputs, run_tests, verdict_output, write_inputs
+from distrs.rewards.judge.handler import JudgedHandler
+from distrs.rewards.judge.limits import case_limits, limit_cuts
+from distrs.rewards.judge.payload import JudgedPayload
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.sandbox import Limits, Mounts, Sandbox, Session
 from distrs.sandbox.forkserver import ForkServerSession, ServerJail, StartServer, server_limits
 from distrs.sandbox.local import BWRAP, LocalSandbox, LocalSession
@@ -71,18 +63,19 @@ def compile_error_of(v: Verdict) -> str | None:
     return None
 
 
-@functools.cache
 def forkserver_source() -> str:
+    """The fork server's program (``python_forkserver_child.py``); a handler reads it once."""
     return FORKSERVER_SOURCE.read_text()
 
 
 def _zygote_start(
-    sandbox: Sandbox, session: Session, exe: str, script_args: list[str], mounts: Mounts
+    sandbox: Sandbox, session: Session, exe: str, source: str, script_args: list[str], mounts: Mounts
 ) -> StartServer | None:
-    """How to start the request's fork server from the sandbox's warm zygote, where it has one."""
+    """How to start the request's fork server (program ``source``) from the sandbox's warm
+    zygote, where it has one."""
     if not isinstance(sandbox, LocalSandbox) or not isinstance(session, LocalSession):
         return None
-    zygote = sandbox.zygote(exe, forkserver_source(), mounts)
+    zygote = sandbox.zygote(exe, source, mounts)
     if zygote is None:
         return None
 
@@ -97,24 +90,25 @@ def case_runner(
     session: Session,
     argv: Sequence[str],
     *,
+    source: str,
     isolation: str,
     enabled: bool,
     mounts: Mounts,
     sandbox: Sandbox | None = None,
     zygote: bool = False,
 ) -> Iterator[Session]:
-    """The session the cases of ``argv`` (``exe -I -B SCRIPT ARGS``) run in: a fork server in
-    front of ``session`` where enabled and the jail has a PID namespace, else ``session``; with
-    ``zygote``, the server is forked from ``sandbox``'s zygote where it has one."""
+    """The session the cases of ``argv`` (``exe -I -B SCRIPT ARGS``) run in: a fork server (program
+    ``source``) in front of ``session`` where enabled and the jail has a PID namespace, else
+    ``session``; with ``zygote``, the server is forked from ``sandbox``'s zygote where it has one."""
     if not enabled or isolation != BWRAP:
         yield session
         return
     exe, script_args = argv[0], list(argv[3:])
-    start = _zygote_start(sandbox, session, exe, script_args, mounts) if zygote and sandbox else None
+    start = _zygote_start(sandbox, session, exe, source, script_args, mounts) if zygote and sandbox else None
     runner = ForkServerSession(
         session,
         program=argv,
-        server=[exe, "-I", "-B", "-c", forkserver_source(), *script_args],
+        server=[exe, "-I", "-B", "-c", source, *script_args],
         isolation=isolation,
         mounts=mounts,
         start=start,
@@ -126,15 +120,24 @@ def case_runner(
 
 
 class PythonRunHandler(JudgedHandler):
+    def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
+        super().__init__(sandbox, settings)
+        self._server_source: str | None = None
+
     def ready(self) -> tuple[bool, str]:
         try:
-            interpreter(self._settings.python)
+            self.python.get()
         except (OSError, subprocess.SubprocessError, ValueError) as e:
             return False, f"python interpreter unusable: {e}"
         return super().ready()
 
+    def server_source(self) -> str:
+        if self._server_source is None:
+            self._server_source = forkserver_source()
+        return self._server_source
+
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
-        exe, mounts = interpreter(self._settings.python)
+        exe, mounts = self.python.get()
         sandbox = self.sandbox
         limits = case_limits(p, self._settings, Limits())
         check = self.special_judge(inp, p)
@@ -151,6 +154,7 @@ class PythonRunHandler(JudgedHandler):
             with case_runner(
                 s,
                 argv,
+                source=self.server_source(),
                 isolation=sandbox.isolation,
                 enabled=enabled,
                 mounts=mounts,
@@ -168,5 +172,7 @@ class PythonRunHandler(JudgedHandler):
         return verdict_output(v, p, sandbox.isolation, files, **cut)
 
 
-# Entry point ``python`` of group ``distrs.rewards`` (pyproject.toml): stage -> handler factory.
-HANDLERS = {"run": PythonRunHandler}
+# Entry point ``python`` of group ``distrs.rewards`` (pyproject.toml).
+REWARD_TYPE = RewardType(
+    name="python", stages=("run",), handlers={"run": PythonRunHandler}, settings=JudgeSettings
+)

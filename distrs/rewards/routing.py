@@ -1,8 +1,9 @@
 """Which stages a request visits, in order.
 
 Most reward types visit every stage of their pipeline; a stage handler may still end a request
-early (e.g. a compile error). ``synthetic`` requests skip the stages their payload gives no time,
-so a trace's compile-only failures never queue for a GPU.
+early (e.g. a compile error). A type whose descriptor has a route hook visits the stages the hook
+picks for the payload (``synthetic`` skips the stages its payload gives no time, so a trace's
+compile-only failures never queue for a GPU): ``RewardType.visits``.
 """
 
 from __future__ import annotations
@@ -10,15 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from distrs.core.stages import PipelineTable
-from distrs.rewards.synthetic import SYNTHETIC_STAGES, synthetic_route
 
 
 def route(table: PipelineTable, reward_type: str, payload: dict[str, Any]) -> list[str]:
     """The ordered stages for this request; KeyError for an unknown reward type."""
-    stages = list(table.reward_types[reward_type].stages)
-    if reward_type == "synthetic" and tuple(stages) == SYNTHETIC_STAGES:
-        return synthetic_route(payload)
-    return stages
+    return table.reward_types[reward_type].visits(payload)
 
 
 def next_stage(table: PipelineTable, reward_type: str, payload: dict[str, Any], stage: str) -> str | None:

@@ -9,6 +9,7 @@ from distrs.sandbox.base import (
     SandboxError,
     Session,
     Termination,
+    merge_mounts,
 )
 from distrs.sandbox.factory import create_sandbox, readiness, shared
 from distrs.sandbox.settings import SandboxSettings
@@ -24,6 +25,7 @@ __all__ = [
     "Session",
     "Termination",
     "create_sandbox",
+    "merge_mounts",
     "readiness",
     "shared",
 ]

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 MiB = 1 << 20
 
@@ -156,6 +156,27 @@ class Mounts:
     self_exe: str | None = None
 
 
+def merge_mounts(*parts: Mounts | None) -> Mounts | None:
+    """The union of several runs' extra paths (None where there are none)."""
+    given = [m for m in parts if m is not None]
+    if not given:
+        return None
+    if len(given) == 1:
+        return given[0]
+
+    def union(items: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+        return tuple(dict.fromkeys(x for t in items for x in t))
+
+    exes = [m.self_exe for m in given if m.self_exe is not None]
+    return Mounts(
+        ro_paths=union([m.ro_paths for m in given]),
+        binds=union([m.binds for m in given]),
+        dev_paths=union([m.dev_paths for m in given]),
+        sys=any(m.sys for m in given),
+        self_exe=exes[0] if exes else None,
+    )
+
+
 class SandboxError(RuntimeError):
     """The sandbox itself failed (not the program): always ``internal_error`` upstream."""
 
@@ -228,9 +249,13 @@ class Session(Protocol):
         limits: Limits,
         env: Mapping[str, str] | None = None,
         mounts: Mounts | None = None,
+        fds: tuple[int, ...] = (),
     ) -> Helper:
         """Like :meth:`spawn`, and the jail joins the run's cgroup (memory and processes of
         ``limits``) as a run's would; the caller ends it with :meth:`Helper.kill`.
+
+        ``fds``: open descriptors of the caller the program inherits under the same numbers
+        (e.g. a shared memory file, ``kernelbench/window.py``); nothing else is inherited.
 
         Under bwrap the helper is the init of the jail's PID namespace (no reaper of bwrap's in
         the jail): the jail's other processes cannot kill or stop it (signals from inside a

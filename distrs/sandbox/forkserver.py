@@ -445,8 +445,9 @@ class ForkServerSession:
         limits: Limits,
         env: Mapping[str, str] | None = None,
         mounts: Mounts | None = None,
+        fds: tuple[int, ...] = (),
     ) -> Helper:
-        return self._session.start(argv, limits=limits, env=env, mounts=mounts)
+        return self._session.start(argv, limits=limits, env=env, mounts=mounts, fds=fds)
 
     def close(self) -> None:
         """End the server and its jail, if one runs."""

@@ -8,7 +8,9 @@ child processes, so threads share nothing but the interpreter.
 
 Protocol on stdin, one command per line: ``N`` sets the number of workers. Scale-down drains
 idle workers first (a busy one finishes its lease before it stops). EOF or SIGTERM drains all
-and exits. After each change the host prints ``ready N`` on stdout.
+and exits. After each change the host prints ``ready N`` on stdout. A drain waits for busy
+workers; the lifeline (``distrs/worker/lifeline.py``, wired by ``distrs worker --lifeline-fd``)
+is what ends the host at once, with every process it started, when its starter is gone.
 
 A drained worker's thread does not end: it waits, and scale-up revives workers (first those still
 finishing their drain, then stopped ones) before it makes new ones. The thread must outlive the

@@ -21,8 +21,10 @@
   on a GPU worker, of the GPU's health (``worker.gpu_health``): checked before the first lease and
   after any request that met a CUDA error, whose result becomes ``internal_error`` when the check
   finds the GPU at fault. Each request's run time there is counted as GPU-seconds. Left to serve
-  every type of its stage, a worker skips those whose optional extra is not installed
-  (``core/extras.py``).
+  every type of its stage, a worker skips those whose optional extra is not installed (the type's
+  descriptor names it, ``RewardType.extra``).
+* A handler is given the stage timeout of the request's type (``PipelineTable.timeout_s``: the
+  type's own where its descriptor sets one, else the stage's).
 """
 
 from __future__ import annotations
@@ -38,12 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distrs.core.bundles import bundle_size
-from distrs.core.extras import missing_extra
 from distrs.core.model import Status
 from distrs.core.stages import PipelineTable
 from distrs.metrics import WorkerMetrics
 from distrs.rewards.base import StageHandler, StageInput, StageOutput
-from distrs.rewards.registry import get_handler, registered
+from distrs.rewards.registry import registered
 from distrs.worker.gpu_health import GpuGuard
 from distrs.worker.proxy_client import LeaseRejected, ProxyClient, ProxyUnavailable
 
@@ -80,7 +81,7 @@ class Worker:
         reward_types: list[str] | None = None,
         wait_s: float = 5.0,
         heartbeat_s: float = 5.0,
-        handler_for: Callable[[str, str], StageHandler] = get_handler,
+        handler_for: Callable[[str, str], StageHandler] | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_bundle: int = 1,
         bundle_target_s: float = 0.25,
@@ -95,8 +96,12 @@ class Worker:
         self.table = table
         self.worker_id = worker_id or default_worker_id()
         serving = [t for t, rt in table.reward_types.items() if stage in rt.stages]
+        reward_types_defaulted = reward_types is None
         if reward_types is None:  # every type of the stage, less those whose optional extra is missing
-            missing = {t: why for t in serving if (why := missing_extra(t)) is not None}
+            extras = {t: table.reward_types[t].extra for t in serving}
+            missing = {
+                t: why for t, extra in extras.items() if extra and (why := extra.missing()) is not None
+            }
             for t, why in missing.items():
                 log.info("worker does not serve %r: %s", t, why)
             reward_types = [t for t in serving if t not in missing]
@@ -111,10 +116,17 @@ class Worker:
         self.stats = WorkerStats()
         self._draining = threading.Event()
         self._handlers: dict[str, StageHandler] = {}
-        known = registered()
+        known = registered(table)
         for t in self.reward_types:
             if (t, stage) in known:
-                self._handlers[t] = handler_for(t, stage)
+                self._handlers[t] = known[(t, stage)]() if handler_for is None else handler_for(t, stage)
+        if reward_types_defaulted:  # a type whose tool this worker lacks is left out, as above
+            for t, h in list(self._handlers.items()):
+                absent = getattr(h, "absent", None)
+                if absent is not None and (why := absent()) is not None:
+                    log.info("worker does not serve %r: %s", t, why)
+                    del self._handlers[t]
+                    self.reward_types.remove(t)
         self.busy = False
         self.gpu = gpu
         self.metrics = metrics
@@ -401,7 +413,7 @@ class Worker:
             stage=self.stage,
             payload=lease["payload"],
             artifacts=lease.get("artifacts") or {},
-            timeout_s=self.table.stages[self.stage].timeout_s,
+            timeout_s=self.table.timeout_s(rt, self.stage),
         )
         try:
             return handler.run(inp)

@@ -42,8 +42,8 @@ CPP_STDCXX = (
 PCH_PROBE = """
 import json, os, subprocess, tempfile
 from distrs.rewards import cxx_pch
-from distrs.rewards.judge import judge_settings
-s = judge_settings()
+from distrs.rewards.judge.settings import JudgeSettings
+s = JudgeSettings()
 use = cxx_pch.for_judge(s, cxx_pch.BWRAP)
 src = use.mounts.binds[0][0] if use else None
 used = False

@@ -8,7 +8,7 @@ within milliseconds of its rollout finishing (the DistRS request-in model).
 
 Reliability, end to end:
 
-* every call is retried with full-jitter backoff on connection errors, 5xx and 429 (``retry``);
+* every call is retried with full-jitter backoff on connection errors, 5xx and 429 (``calls.py``);
 * request ids are idempotent on the service, so any retry or re-submission is safe;
 * the client keeps a local copy of every request until its result arrives. When the service may
   have lost state (a connection error or 5xx seen, the batch reported unknown, or no progress for
@@ -34,10 +34,10 @@ import time
 import uuid
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
+from distrs_client.calls import RetryingCall, Sleep
 from distrs_client.errors import (
     ACCESS_ERRORS,
     REJECTED_ERRORS,
@@ -48,14 +48,11 @@ from distrs_client.errors import (
     NotFoundError,
     ResultsTimeoutError,
     ServiceUnavailableError,
-    api_error,
 )
+from distrs_client.local_batches import Batch, Item, Waiter
 from distrs_client.models import RewardResult
-from distrs_client.retry import RetryPolicy, is_retryable_status, parse_retry_after
-from distrs_client.transport import HttpxTransport, QueryParams, Response, Transport
-
-Sleep = Callable[[float], Awaitable[None]]
-
+from distrs_client.retry import RetryPolicy
+from distrs_client.transport import HttpxTransport, Transport
 
 #: Clients with a running flusher that nobody has closed yet; closed at interpreter exit.
 _LIVE: weakref.WeakSet[AsyncRewardClient] = weakref.WeakSet()
@@ -70,61 +67,6 @@ def _close_live_clients() -> None:
 
 
 atexit.register(_close_live_clients)
-
-
-@dataclass(frozen=True)
-class _Item:
-    task: str
-    batch_id: str
-    request_id: str
-    reward_type: str
-    payload: dict[str, Any]
-
-
-@dataclass
-class _Batch:
-    """Everything the client knows about one batch."""
-
-    task: str
-    batch_id: str
-    size: int | None = None
-    reward_type: str | None = None
-    rollout_started_at: float | None = None
-    order: list[str] = field(default_factory=list)  # local submission order
-    pending: dict[str, dict[str, Any]] = field(default_factory=dict)  # local copies, no result yet
-    results: dict[str, RewardResult] = field(default_factory=dict)
-    foreign: list[str] = field(default_factory=list)  # results of requests other processes sent
-    error: DistrsError | None = None  # fatal: results() raises it
-    suspect: bool = False  # the service may have lost some of our requests
-    server_complete: bool = False
-    # The service lost the batch and we re-registered it: its own count may never reach ``size``
-    # (results it had finished before the loss were already delivered), so poll briefly.
-    degraded: bool = False
-    # A request was rejected: the service will never count the batch complete, so poll briefly
-    # for the others' results rather than wait out a long poll.
-    short_poll: bool = False
-
-    @property
-    def path(self) -> str:
-        return f"/v1/batches/{self.task}/{self.batch_id}/results"
-
-    def locally_complete(self) -> bool:
-        if self.pending:
-            return False
-        if self.size is not None and len(self.order) >= self.size:
-            return True
-        return self.server_complete
-
-    def ordered(self) -> list[RewardResult]:
-        ids = [i for i in self.order if i in self.results] + self.foreign
-        return [self.results[i] for i in ids]
-
-
-@dataclass
-class _Waiter:
-    target: int
-    future: asyncio.Future[list[DistrsError]]
-    errors: list[DistrsError] = field(default_factory=list)
 
 
 class AsyncRewardClient:
@@ -172,16 +114,17 @@ class AsyncRewardClient:
         self._retry = retry or RetryPolicy()
         self._sleep: Sleep = sleep or asyncio.sleep
         self._rng = rng or random.Random()
+        self._call = RetryingCall(self._transport, self._retry, self._sleep, self._rng, lambda: self._closed)
         # Buffer shared with submitting threads; everything else lives on the event loop.
         self._lock = threading.Lock()
-        self._buf: deque[_Item] = deque()
+        self._buf: deque[Item] = deque()
         self._enqueued = 0
         self._wake_pending = False
         self._handled = 0
-        self._batches: dict[tuple[str, str], _Batch] = {}  # insertion order = age
+        self._batches: dict[tuple[str, str], Batch] = {}  # insertion order = age
         self._awaited: set[tuple[str, str]] = set()
         self._max_batches = max_batches
-        self._waiters: list[_Waiter] = []
+        self._waiters: list[Waiter] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._full: asyncio.Event | None = None
@@ -224,7 +167,7 @@ class AsyncRewardClient:
         """
         if self._closed:
             raise ClientClosedError("client is closed")
-        item = _Item(task, batch_id, request_id, reward_type, payload)
+        item = Item(task, batch_id, request_id, reward_type, payload)
         with self._lock:
             self._buf.append(item)
             self._enqueued += 1
@@ -261,7 +204,7 @@ class AsyncRewardClient:
         finally:
             self._awaited.discard(key)
 
-    async def _gather(self, b: _Batch, deadline: float | None) -> list[RewardResult]:
+    async def _gather(self, b: Batch, deadline: float | None) -> list[RewardResult]:
         task, batch_id = b.task, b.batch_id
         last_progress = time.monotonic()
         while True:
@@ -299,7 +242,7 @@ class AsyncRewardClient:
             except STATE_LOSS_ERRORS:
                 b.suspect = True
                 continue
-            if self._merge(b, resp.body):
+            if b.merge(resp.body):
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress >= self._stall_s:
                 b.suspect, last_progress = True, time.monotonic()
@@ -490,13 +433,13 @@ class AsyncRewardClient:
             target = self._enqueued
         if self._handled >= target:
             return []
-        w = _Waiter(target, self._loop.create_future())
+        w = Waiter(target, self._loop.create_future())
         self._waiters.append(w)
         self._on_signal(full=True)
         return await w.future
 
-    async def _post_items(self, items: list[_Item]) -> list[DistrsError]:
-        groups: dict[tuple[str, str], tuple[_Batch, list[dict[str, Any]]]] = {}
+    async def _post_items(self, items: list[Item]) -> list[DistrsError]:
+        groups: dict[tuple[str, str], tuple[Batch, list[dict[str, Any]]]] = {}
         for it in items:
             b = self._batch(it.task, it.batch_id)
             if it.request_id in b.pending or it.request_id in b.results:
@@ -522,7 +465,7 @@ class AsyncRewardClient:
 
     # ------------------------------------------------------------------ service calls
 
-    async def _post_requests(self, b: _Batch, wires: list[dict[str, Any]]) -> None:
+    async def _post_requests(self, b: Batch, wires: list[dict[str, Any]]) -> None:
         """POST one bulk; isolate rejected requests; mark the batch suspect on transient failure."""
         try:
             await self._post_bulk(b, wires)
@@ -532,7 +475,7 @@ class AsyncRewardClient:
                 await self._post_requests(b, wires[:mid])
                 await self._post_requests(b, wires[mid:])
                 return
-            self._reject(b, wires[0]["request_id"], exc)
+            b.reject(wires[0]["request_id"], exc)
         except ACCESS_ERRORS as exc:
             b.error = exc
             raise
@@ -543,7 +486,7 @@ class AsyncRewardClient:
             b.suspect = True  # kept in ``pending``: results() re-submits it
             raise exc
 
-    async def _post_bulk(self, b: _Batch, wires: list[dict[str, Any]]) -> None:
+    async def _post_bulk(self, b: Batch, wires: list[dict[str, Any]]) -> None:
         start = time.monotonic()
         attempt = 0
         while True:
@@ -567,13 +510,7 @@ class AsyncRewardClient:
                 if attempt > 64:
                     raise
 
-    def _reject(self, b: _Batch, request_id: str, exc: APIError) -> None:
-        b.pending.pop(request_id, None)
-        b.short_poll = True
-        err = {"code": exc.code, "message": exc.message, "details": exc.details, "http_status": exc.status}
-        b.results[request_id] = RewardResult(request_id, "invalid", 0.0, {"error": err})
-
-    async def _register(self, b: _Batch) -> bool:
+    async def _register(self, b: Batch) -> bool:
         """(Re-)register the batch; True when the service created it (did not know it)."""
         assert b.size is not None
         body: dict[str, Any] = {"task": b.task, "batch_id": b.batch_id, "size": b.size}
@@ -584,7 +521,7 @@ class AsyncRewardClient:
         resp = await self._call("POST", "/v1/batches", body=body)
         return resp.status == 201
 
-    async def _reconcile(self, b: _Batch) -> None:
+    async def _reconcile(self, b: Batch) -> None:
         """Re-register the batch (if ours) and re-submit every request without a result."""
         if b.size is not None and await self._register(b):
             b.degraded = True
@@ -594,69 +531,13 @@ class AsyncRewardClient:
         b.suspect = False
         b.server_complete = False
 
-    def _merge(self, b: _Batch, body: Any) -> bool:
-        """Fold a results page into the batch; True when it brought a new result."""
-        if not isinstance(body, dict):
-            return False
-        new = False
-        for raw in body.get("results") or ():
-            if not isinstance(raw, dict) or "request_id" not in raw:
-                continue
-            rid = str(raw["request_id"])
-            if rid in b.results:
-                continue
-            b.results[rid] = RewardResult.from_json(raw)
-            new = True
-            if b.pending.pop(rid, None) is None and rid not in b.order:
-                b.foreign.append(rid)
-        b.server_complete = bool(body.get("complete"))
-        return new
-
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        params: QueryParams | None = None,
-        timeout_s: float | None = None,
-        deadline: float | None = None,
-    ) -> Response:
-        """One logical call with retries on connection errors, 5xx and 429."""
-        start = time.monotonic()
-        attempt = 0
-        while True:
-            retry_after = None
-            try:
-                resp = await self._transport.request(
-                    method, path, body=body, params=params, timeout_s=timeout_s
-                )
-            except ServiceUnavailableError as exc:
-                err: DistrsError = exc
-            else:
-                if resp.status < 400:
-                    return resp
-                err = api_error(resp.status, resp.body)
-                if not is_retryable_status(resp.status):
-                    raise err
-                retry_after = parse_retry_after(_header(resp, "retry-after"), time.time())
-            delay = self._retry.delay(attempt, self._rng.random(), retry_after)
-            if not self._retry.should_retry(time.monotonic() - start, delay) or (
-                deadline is not None and time.monotonic() + delay >= deadline
-            ):
-                raise err
-            if self._closed:
-                raise ClientClosedError("client is closed") from err
-            await self._sleep(delay)
-            attempt += 1
-
     # ------------------------------------------------------------------ helpers
 
-    def _batch(self, task: str, batch_id: str) -> _Batch:
+    def _batch(self, task: str, batch_id: str) -> Batch:
         key = (task, batch_id)
         b = self._batches.get(key)
         if b is None:
-            b = self._batches[key] = _Batch(task, batch_id)
+            b = self._batches[key] = Batch(task, batch_id)
             self._evict()
         return b
 
@@ -679,10 +560,3 @@ class AsyncRewardClient:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError("client is closed")
-
-
-def _header(resp: Response, name: str) -> str | None:
-    for k, v in resp.headers.items():
-        if k.lower() == name:
-            return v
-    return None

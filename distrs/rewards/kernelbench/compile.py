@@ -8,15 +8,23 @@ formula, ``formulas.py``):
 2. Static checks (``static_checks.py``): a ``ModelNew`` and a custom kernel for the backend must
    exist; fallbacks, extra streams or threads and tampering are rejected (``compile_error``
    with ``detail.rejected``), suspicious patterns flagged for the execute stage to report.
-3. The candidate imported as KernelBench does (``build_child.py``, in the jail: importing it
+3. The candidate imported as KernelBench does (``import_candidate.py``, in the jail: importing it
    runs untrusted Python). Each ``load_inline`` call is built by the host in a clean jail of its
-   own (``builder_child.py``) for ``TORCH_CUDA_ARCH_LIST`` of the execute pool, or taken from the
+   own (``build_call.py``) for ``TORCH_CUDA_ARCH_LIST`` of the execute pool, or taken from the
    build cache (``module_cache.py``, keyed by the call and the toolchain); a compiler error is
    ``compile_error`` with the compiler's message.
 
 The execute stage gets the built modules as the ``kernel_modules`` artifact and never compiles.
 A whole-candidate cache (source, backend, toolchain) answers an identical resubmission without
 starting a jail at all.
+
+Time, and whose it is. A build waits until the CPUs it needs are free (``admission.py``) and
+that wait is the service's: the build's own limits start when it is admitted. The candidate is
+charged ``timeout`` only where its build used its CPU limit (``compile_cpu_s``, counted over all
+its compilers) or its own import ran past its wall limit. A build cut by its wall limit, or by the
+stage's time running out while it waited or built, got less CPU than it was owed: the machine was
+oversubscribed, and the request ends ``internal_error``. The two jailed interpreters a request
+needs are started ahead of it while the worker is idle (``warm.py``).
 """
 
 from __future__ import annotations
@@ -27,35 +35,50 @@ import json
 import logging
 import os
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput
+from distrs.rewards.base import (
+    MAX_BINARY_BYTES,
+    InvalidPayload,
+    MiB,
+    StageInput,
+    StageOutput,
+    snippet,
+    stage_budget,
+)
 from distrs.rewards.compile_cache import CompileCache
-from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import MAX_BINARY_BYTES, InvalidPayload, MiB, snippet, stage_budget
-from distrs.rewards.kernelbench import callkey
+from distrs.rewards.kernelbench import admission
 from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
 from distrs.rewards.kernelbench.handler_base import KernelHandler
+from distrs.rewards.kernelbench.in_jail import (
+    BUILD_CALL,
+    CALLKEY,
+    IMPORT_CANDIDATE,
+    NVCC_STEPS,
+    callkey,
+    programs,
+)
 from distrs.rewards.kernelbench.jailed import ChildGone, ChildTimeout, JailedChild
 from distrs.rewards.kernelbench.module_cache import BuildError, Built, ModuleCache
 from distrs.rewards.kernelbench.payload import KernelPayload, parse_payload
 from distrs.rewards.kernelbench.pch import GCH_MAX_BYTES, PchStore
 from distrs.rewards.kernelbench.settings import KernelSettings
-from distrs.rewards.kernelbench.static_checks import StaticReport, check_source
-from distrs.rewards.kernelbench.toolchain import jail_env, jail_mounts, toolchain_key
+from distrs.rewards.kernelbench.static_checks import check_source
+from distrs.rewards.kernelbench.static_checks.findings import StaticReport
+from distrs.rewards.kernelbench.warm import Jail, WarmJails
 from distrs.sandbox import Limits, MemoryKind, Sandbox, SandboxError
 
 log = logging.getLogger(__name__)
-HERE = Path(__file__).parent
 MODULES = "kernel_modules"
 MAX_BUILD_CALLS = 8
-
-
-def child_files(*names: str) -> dict[str, bytes]:
-    return {n: (HERE / n).read_bytes() for n in names}
+IMPORT, BUILD = "import", "build"  # the two kinds of jail a request starts
+PCH_WAIT_S = 3600.0  # how long a precompile waits for a CPU before it gives up
+STARTUP_S = 600.0  # a jail's interpreter importing torch (seconds; minutes on a loaded machine)
+BUILD_DISK_BYTES = 2048 * MiB  # a build's sources, nvcc's intermediates and objects
 
 
 def findings(items: Any) -> list[dict[str, str]]:
@@ -74,9 +97,11 @@ def failed(p: KernelPayload, stage: Stage, status: Status, **detail: Any) -> Sta
 
 
 def build_limits(settings: KernelSettings, wall_s: float) -> Limits:
+    """A build jail's limits: each of its processes gets the build's whole CPU limit (the
+    builder's watchdog bounds their sum); ``wall_s`` is enforced by whoever waits on it."""
     return Limits(
         wall_s=wall_s,
-        cpu_s=wall_s * max(1, settings.build_jobs),
+        cpu_s=settings.compile_cpu_s,
         memory_bytes=settings.compile_memory_mb * MiB,
         memory_kind=MemoryKind.DATA,
         nproc=512,
@@ -93,14 +118,27 @@ class CompileHandler(KernelHandler):
         self._modules = ModuleCache(self._settings.cache_mb * MiB, self._settings.cache_dir)
         self._results = CompileCache(self._settings.cache_mb * MiB)
         self.builds = 0  # clean builds started by this handler (tests and metrics read it)
+        self.last_build: dict[str, Any] = {}  # the last builder's reply less its message (benchmarks)
         self._pch: PchStore | None = None
+        cpus = self._settings.build_cpus or admission.machine_cpus()
+        self.cpus = admission.slots(self._settings.build_cpus_dir or admission.default_dir(), cpus)
+        self.warm = WarmJails(self._start_jail, enabled=self._settings.prestart)
 
     def ready(self) -> tuple[bool, str]:
-        ok, why = self.toolchain_ready()
-        return (ok, why) if not ok else self.sandbox_ready()
+        """Whether builds can run; where they can, the next request's jails start now (the
+        worker asks before each lease it waits for: while it is idle)."""
+        ok, why = self.toolchain_ready(nvcc=True)
+        ok, why = (ok, why) if not ok else self.sandbox_ready()
+        if ok:
+            self.warm.refill(IMPORT, BUILD)
+        return ok, why
+
+    def close(self) -> None:
+        """End the jails started ahead (their sessions hold mounts under the sandbox's work dir)."""
+        self.warm.close()
 
     def _toolchain(self) -> str:
-        return toolchain_key(self._settings.model_dump_json())
+        return self.toolchain.key()
 
     def pch(self) -> PchStore | None:
         """The precompiled headers of this handler (None where turned off)."""
@@ -112,16 +150,27 @@ class CompileHandler(KernelHandler):
         return self._pch
 
     def _precompile(self, extra_cflags: list[str], out: Path) -> bool:
-        """Make the precompiled header in a jail and copy it to ``out`` (see ``pch.py``)."""
-        exe, _ = interpreter(self._settings.python)
+        """Make the precompiled header in a jail, on a CPU of its own, and copy it to ``out``
+        (see ``pch.py``)."""
+        cpu = self.cpus.acquire(1, time.monotonic() + PCH_WAIT_S)
+        if cpu is None:
+            log.warning("no CPU came free to precompile torch/extension.h in %.0f s", PCH_WAIT_S)
+            return False
+        try:
+            return self._precompile_admitted(extra_cflags, out)
+        finally:
+            cpu.release()
+
+    def _precompile_admitted(self, extra_cflags: list[str], out: Path) -> bool:
+        exe, _ = self.toolchain.python.get()
         with self.sandbox.session(disk_bytes=GCH_MAX_BYTES + 256 * MiB) as s:
-            s.write_file("builder_child.py", child_files("builder_child.py")["builder_child.py"])
+            s.write_file(BUILD_CALL, programs(BUILD_CALL)[BUILD_CALL])
             r = s.run(
-                [exe, "-I", "-B", "builder_child.py", "--pch"],
+                [exe, "-I", "-B", BUILD_CALL, "--pch"],
                 limits=build_limits(self._settings, 1800.0),
                 stdin=json.dumps(extra_cflags).encode(),
-                env=jail_env(self._settings, build=True),
-                mounts=jail_mounts(self._settings),
+                env=self.toolchain.jail_env(build=True),
+                mounts=self.toolchain.jail_mounts(),
             )
             last = _last_json(r.stdout)
             if not last.get("ok"):
@@ -137,6 +186,43 @@ class CompileHandler(KernelHandler):
                 (out / "torch").mkdir(exist_ok=True)
                 (out / "torch" / name).write_bytes(data)
         return True
+
+    def _start_jail(self, kind: str) -> Jail:
+        """A session with ``kind``'s child started in it: ``import_candidate.py`` for the candidate's
+        import, ``build_call.py`` for one clean build (it sees the precompiled headers' root)."""
+        exe, _ = self.toolchain.python.get()
+        stack = ExitStack()
+        try:
+            if kind == IMPORT:
+                s = stack.enter_context(self.sandbox.session(disk_bytes=256 * MiB))
+                names, mounts = (IMPORT_CANDIDATE, CALLKEY), self.toolchain.jail_mounts()
+            else:
+                s = stack.enter_context(self.sandbox.session(disk_bytes=BUILD_DISK_BYTES))
+                names, mounts = (BUILD_CALL, NVCC_STEPS), self.toolchain.jail_mounts()
+                store = self.pch()
+                if store is not None:  # headers made later appear in it: the jail binds the root
+                    store.root.mkdir(parents=True, exist_ok=True)
+                    mounts = replace(mounts, ro_paths=(*mounts.ro_paths, str(store.root)))
+            for name, data in programs(*names).items():
+                s.write_file(name, data)
+            helper = s.start(
+                [exe, "-I", "-B", names[0]],
+                limits=build_limits(self._settings, self._settings.compile_time_s),
+                env=self.toolchain.jail_env(build=True),
+                mounts=mounts,
+            )
+            child = JailedChild(helper, 0)
+            stack.callback(child.close)
+            try:  # torch imported: ready for its request
+                hello = child.recv_object(time.monotonic() + STARTUP_S)
+            except (ChildGone, ChildTimeout) as e:
+                raise SandboxError(f"the {kind} jail did not start: {e or 'no answer'}") from None
+            if hello.get("ready") is not True:
+                raise SandboxError(f"the {kind} jail did not start: it said {str(hello)[:200]}")
+            return Jail(s, helper, child, stack)
+        except BaseException:
+            stack.close()
+            raise
 
     def run(self, inp: StageInput) -> StageOutput:
         try:
@@ -175,11 +261,13 @@ class CompileHandler(KernelHandler):
 
     def _compile(self, inp: StageInput, p: KernelPayload, report: StaticReport) -> StageOutput:
         started = time.monotonic()
-        deadline = started + min(self._settings.compile_time_s, stage_budget(inp))
+        deadline = started + stage_budget(inp)
         try:
             done, modules, build_error = self._import_candidate(p.custom_model_src or "", deadline)
-        except (ChildTimeout, BuildTimeout):
-            return failed(p, Stage.COMPILE_ERROR, Status.TIMEOUT, reason="the build did not finish in time")
+        except BuildTimeout as e:
+            return failed(p, Stage.COMPILE_ERROR, Status.TIMEOUT, reason=str(e))
+        except ServiceTime as e:
+            return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=str(e))
         compile_s = round(time.monotonic() - started, 3)
         if build_error is not None:
             return failed(
@@ -232,59 +320,62 @@ class CompileHandler(KernelHandler):
         """Import the candidate in the jail, building each of its load_inline calls here.
 
         Returns the child's last message, the shipped modules and the first build error (a
-        candidate that catches a failed build still failed to compile).
+        candidate that catches a failed build still failed to compile). The candidate's own
+        import gets ``compile_time_s`` of wall time; the builds it waits for are not counted.
         """
-        exe, _ = interpreter(self._settings.python)
         modules: list[dict[str, str]] = []
         build_error: str | None = None
-        with self.sandbox.session(disk_bytes=256 * MiB) as s:
-            for name, data in child_files("build_child.py", "callkey.py").items():
-                s.write_file(name, data)
-            s.write_file("candidate.py", source.encode())
-            helper = s.start(
-                [exe, "-I", "-B", "build_child.py"],
-                limits=build_limits(self._settings, 3600.0),
-                env=jail_env(self._settings, build=True),
-                mounts=jail_mounts(self._settings),
-            )
-            child = JailedChild(helper, 0)
-            try:
-                while True:
-                    try:
-                        msg = child.recv_object(deadline)
-                    except ChildGone as e:
-                        return (
-                            {"ok": False, "kind": "exit", "message": f"the candidate's import ended: {e}"},
-                            modules,
-                            build_error,
-                        )
-                    if "done" in msg:
-                        return msg, modules, build_error
-                    args = msg.get("build")
-                    if not isinstance(args, dict) or len(modules) >= MAX_BUILD_CALLS:
-                        build_error = (
-                            build_error or f"at most {MAX_BUILD_CALLS} load_inline calls per candidate"
-                        )
-                        child.send({"ok": False, "message": build_error})
-                        continue
-                    built = self._module(args, deadline)
-                    if isinstance(built, BuildError):
-                        build_error = build_error or built.message
-                        child.send({"ok": False, "message": built.message})
-                        continue
-                    n = len(modules)
-                    s.write_file(f"ext{n}.so", built.data)
-                    modules.append(
-                        {
-                            "key": callkey.call_key(args),
-                            "module": built.module,
-                            "file": f"ext{n}.so",
-                            "data": base64.b64encode(built.data).decode("ascii"),
-                        }
+        own_left = self._settings.compile_time_s
+        jail = self.warm.take(IMPORT)
+        try:
+            jail.session.write_file("candidate.py", source.encode())
+            child = jail.child
+            child.send({"go": True})
+            while True:
+                resumed = time.monotonic()
+                try:
+                    msg = child.recv_object(min(deadline, resumed + own_left))
+                except ChildGone as e:
+                    return (
+                        {"ok": False, "kind": "exit", "message": f"the candidate's import ended: {e}"},
+                        modules,
+                        build_error,
                     )
-                    child.send({"ok": True, "module": built.module, "file": f"ext{n}.so"})
-            finally:
-                child.close()
+                except ChildTimeout:
+                    if time.monotonic() - resumed >= own_left - 0.5:
+                        raise BuildTimeout(
+                            f"importing the candidate took more than {self._settings.compile_time_s:g} s"
+                        ) from None
+                    raise ServiceTime(
+                        "the compile stage's time ran out during the candidate's import, after its builds "
+                        "had taken the rest (raise the compile stage's timeout_s)"
+                    ) from None
+                own_left -= time.monotonic() - resumed
+                if "done" in msg:
+                    return msg, modules, build_error
+                args = msg.get("build")
+                if not isinstance(args, dict) or len(modules) >= MAX_BUILD_CALLS:
+                    build_error = build_error or f"at most {MAX_BUILD_CALLS} load_inline calls per candidate"
+                    child.send({"ok": False, "message": build_error})
+                    continue
+                built = self._module(args, deadline)
+                if isinstance(built, BuildError):
+                    build_error = build_error or built.message
+                    child.send({"ok": False, "message": built.message})
+                    continue
+                n = len(modules)
+                jail.session.write_file(f"ext{n}.so", built.data)
+                modules.append(
+                    {
+                        "key": callkey.call_key(args),
+                        "module": built.module,
+                        "file": f"ext{n}.so",
+                        "data": base64.b64encode(built.data).decode("ascii"),
+                    }
+                )
+                child.send({"ok": True, "module": built.module, "file": f"ext{n}.so"})
+        finally:
+            jail.close()
 
     def _module(self, args: dict[str, Any], deadline: float) -> Built | BuildError:
         key = hashlib.sha256((callkey.call_key(args) + self._toolchain()).encode()).hexdigest()
@@ -296,44 +387,74 @@ class CompileHandler(KernelHandler):
         return out
 
     def _clean_build(self, args: dict[str, Any], deadline: float) -> Built | BuildError:
-        """One load_inline call built in a fresh jail where no candidate code runs."""
+        """One load_inline call built in a fresh jail where no candidate code runs, once the CPUs
+        it needs are free (waiting is not charged to it; see the module docstring)."""
         self.builds += 1
-        left = deadline - time.monotonic()
-        if left <= 1:
-            raise BuildTimeout
-        exe, _ = interpreter(self._settings.python)
-        env = jail_env(self._settings, build=True)
-        mounts = jail_mounts(self._settings)
+        need = min(self._settings.build_jobs, self.cpus.capacity)
+        cpus = self.cpus.acquire(need, deadline - 1.0)
+        if cpus is None:
+            raise ServiceTime(
+                f"no {need} of this machine's {self.cpus.capacity} CPUs came free for the build before the "
+                "compile stage's time ran out: the pool runs more builds than the machine has CPUs for"
+            )
+        try:
+            return self._admitted_build(args, need, deadline)
+        finally:
+            cpus.release()
+
+    def _admitted_build(self, args: dict[str, Any], cpus: int, deadline: float) -> Built | BuildError:
+        admitted = time.monotonic()
+        wall_end = min(admitted + self._settings.compile_time_s, deadline)
         store = self.pch()
         flags = args.get("extra_cflags") or []
         pch = store.get(flags) if store is not None and isinstance(flags, list) else None
-        if pch is not None:  # g++ loads torch/extension.h precompiled (pch.py)
-            env["DISTRS_KB_PCH"] = pch
-            mounts = replace(mounts, ro_paths=(*mounts.ro_paths, pch))
-        with self.sandbox.session(disk_bytes=2048 * MiB) as s:
-            s.write_file("builder_child.py", child_files("builder_child.py")["builder_child.py"])
-            r = s.run(
-                [exe, "-I", "-B", "builder_child.py"],
-                limits=build_limits(self._settings, left),
-                stdin=json.dumps(args).encode(),
-                env=env,
-                mounts=mounts,
-            )
-            if r.timed_out:
-                raise BuildTimeout
-            last = _last_json(r.stdout)
-            if not last:
-                raise SandboxError(f"kernel builder failed: {r.describe()}: {snippet(r.stderr, 2000)}")
-            if not last.get("ok"):
-                return BuildError(str(last.get("message", "build failed")))
-            data = s.read_file("out.so", MAX_BINARY_BYTES)
+        job = {
+            "args": args,
+            "pch": pch,  # g++ loads torch/extension.h precompiled (pch.py)
+            "cpu_s": self._settings.compile_cpu_s,
+            "jobs": cpus,
+            "split": self._settings.nvcc_split,
+        }
+        jail = self.warm.take(BUILD)
+        try:
+            jail.child.send(job)
+            try:
+                reply = jail.child.recv_object(wall_end)
+            except ChildTimeout:
+                raise ServiceTime(
+                    f"the build was cut after {time.monotonic() - admitted:.0f} s of wall time (its limit "
+                    f"{self._settings.compile_time_s:g} s, or the compile stage's time) before it used its "
+                    f"{self._settings.compile_cpu_s:g} s of CPU: the machine gave it less CPU than it needed"
+                ) from None
+            except ChildGone as e:
+                raise SandboxError(f"the kernel builder ended without a reply: {e}") from None
+            self.last_build = {k: v for k, v in reply.items() if k != "message"}
+            if reply.get("cpu_exceeded"):
+                raise BuildTimeout(
+                    f"the build used more than its {self._settings.compile_cpu_s:g} s of CPU time"
+                )
+            if not reply.get("ok"):
+                return BuildError(str(reply.get("message", "build failed")))
+            data = jail.session.read_file("out.so", MAX_BINARY_BYTES)
             if data is None:
                 return BuildError(f"the built module is missing or larger than {MAX_BINARY_BYTES} bytes")
-            return Built(str(last["module"]), data)
+            log.info(
+                "built %s in %.1f s (%.1f s of compiler CPU)",
+                reply.get("module"),
+                reply.get("wall_s", -1),
+                reply.get("cpu_s", -1),
+            )
+            return Built(str(reply["module"]), data)
+        finally:
+            jail.close()
+
+
+class ServiceTime(Exception):
+    """The service ran out of time or CPU for a build: ``internal_error``, never the candidate's."""
 
 
 class BuildTimeout(Exception):
-    pass
+    """The candidate's build or import used its own limit: ``timeout``."""
 
 
 def _last_json(stdout: bytes) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The host's end of one jailed ``run_child.py``: commands out, strictly parsed replies back.
+"""The host's end of one jailed ``judge_process.py``: commands out, strictly parsed replies back.
 
 Each reply must come before its deadline, be one JSON object, and carry at most the bytes it
 announced (bounded). A child that exits, stalls or writes anything else raises

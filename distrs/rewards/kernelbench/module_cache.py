@@ -1,7 +1,7 @@
 """Built extension modules by content: (call key, toolchain) -> (module name, shared object).
 
 A module is built in a clean jail from a ``load_inline`` call's arguments alone
-(``builder_child.py``), so it is a function of its key and may be shared by every request that
+(``build_call.py``), so it is a function of its key and may be shared by every request that
 makes the same call, within and across candidates (a GRPO group's samples often share their
 kernel and differ in the Python around it). Two levels: a bounded in-memory LRU per worker,
 and optionally a directory shared by compile workers (a volume), written only by the host

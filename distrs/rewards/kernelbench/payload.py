@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from distrs.rewards.judge import InvalidPayload
+from distrs.rewards.base import InvalidPayload
 from distrs.rewards.kernelbench.completion import extract_source
 from distrs.rewards.kernelbench.formulas import FORMULAS
 

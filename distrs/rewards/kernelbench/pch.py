@@ -8,7 +8,7 @@ same flags; otherwise it parses as usual, so a stale or mismatched header can co
 change a module.
 
 One header per (toolchain, extra C++ flags of the call), made in a jail from torch's own header
-with the flags torch gives ``main.cpp`` (``builder_child.py --pch``), in the background the first
+with the flags torch gives ``main.cpp`` (``build_call.py --pch``), in the background the first
 time those flags are seen: builds go on without it meanwhile. Kept under the build cache's
 directory when there is one (shared by a compile pool), else in a directory of this process.
 The host writes it (atomically, a whole directory renamed into place); jails see it read-only.

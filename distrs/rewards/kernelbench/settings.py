@@ -1,8 +1,7 @@
-"""Settings of the ``kernelbench`` reward type (``DISTRS_KERNELS_*``), built once per worker."""
+"""Settings of the ``kernelbench`` reward type (``DISTRS_KERNELS_*``), built once per worker (the
+type's descriptor names the class; the registry passes one instance to both stage handlers)."""
 
 from __future__ import annotations
-
-import functools
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -23,15 +22,50 @@ class KernelSettings(BaseSettings):
         "(9.0 for H100/H200, 8.0 for A100; several separated by ';').",
     )
     cuda_home: str = Field(
-        default="/usr/local/cuda", description="CUDA toolkit the compile stage uses (nvcc)."
+        default="",
+        description="CUDA toolkit the compile stage builds with (its bin/nvcc); empty = $CUDA_HOME, "
+        "else /usr/local/cuda, else nvcc on the worker's PATH. Readiness names what is missing.",
     )
     build_jobs: int = Field(
         default=2,
         ge=1,
-        description="Parallel compiler jobs per build (MAX_JOBS for ninja): the pod's CPU limit.",
+        description="Parallel compiler jobs per build (MAX_JOBS for ninja), and the CPUs a build is admitted "
+        "with (at most build_cpus).",
     )
     compile_time_s: float = Field(
-        default=600.0, gt=0, description="Build wall limit (capped by the stage budget)."
+        default=600.0,
+        gt=0,
+        description="Wall limit of one build, counted from its admission, and of the candidate's own import "
+        "(each capped by the stage budget). A build cut by it has used less than its CPU limit: the machine "
+        "gave it too little CPU, which ends the request internal_error, not timeout.",
+    )
+    compile_cpu_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="CPU time one build's compilers may use together: a build that needs more is the "
+        "candidate's timeout (CPU time is the same on a busy machine; wall time is not).",
+    )
+    build_cpus: int = Field(
+        default=0,
+        ge=0,
+        description="CPUs the builds of this machine may use at once (each build takes build_jobs of them "
+        "and waits while they are taken); 0 = the cgroup's CPU quota where set, else the CPUs this "
+        "process may run on.",
+    )
+    build_cpus_dir: str = Field(
+        default="",
+        description="Directory where the compile workers of a machine count the CPUs their builds hold "
+        "(lock files); empty = TMPDIR/distrs-build-cpus-UID.",
+    )
+    nvcc_split: bool = Field(
+        default=True,
+        description="Run nvcc's own steps in the build jail with its device and host chains at once "
+        "(nvcc_steps.py); false = one nvcc process per .cu file, as load_inline does.",
+    )
+    prestart: bool = Field(
+        default=True,
+        description="Start the next request's jails (interpreters with torch imported) while the compile "
+        "worker is idle; false = each at its request.",
     )
     compile_memory_mb: int = Field(
         default=16384, gt=0, description="Writable memory of a build (nvcc and g++)."
@@ -50,6 +84,13 @@ class KernelSettings(BaseSettings):
         "let builds use it; g++ ignores a header that does not match, so modules are the same either way.",
     )
     execute_memory_mb: int = Field(default=16384, gt=0, description="Writable memory of one judging process.")
+    window_slot_mb: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="One slot of the window through which the candidate hands its outputs to the "
+        "reference's process for comparison (two slots; page-locked on a GPU).",
+    )
     device: str = Field(
         default="cuda",
         pattern="^(cuda|cpu)$",
@@ -71,8 +112,3 @@ class KernelSettings(BaseSettings):
         default=10.0, gt=1, description="Speedups above this are flagged (KernelBench's threshold)."
     )
     threads: int = Field(default=1, ge=1, description="torch CPU threads in a judging process (device cpu).")
-
-
-@functools.cache
-def kernel_settings() -> KernelSettings:
-    return KernelSettings()

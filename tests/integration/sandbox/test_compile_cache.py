@@ -13,7 +13,7 @@ from distrs.core.model import Status
 from distrs.rewards import cpp
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.compile_cache import CompileCache, cache_key
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.language_handler import LanguageRunHandler, runtime_installed
 from distrs.sandbox.local import LocalSandbox
 

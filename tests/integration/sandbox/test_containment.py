@@ -25,7 +25,7 @@ import pytest
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.cpp import CompileHandler, RunHandler
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.python_reward import PythonRunHandler
 from distrs.sandbox.local import BWRAP, RLIMITS, LocalSandbox
 from tests.integration.sandbox.conftest import assert_no_survivors, sandbox_processes, sandbox_settings

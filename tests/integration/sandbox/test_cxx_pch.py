@@ -21,7 +21,7 @@ from distrs.rewards import cpp, cxx_pch
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.cxx_pch import JAIL_PCH_DIR, PchUse
 from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.sandbox import Limits, Mounts
 from distrs.sandbox.local import LocalSandbox
 from tests.integration.sandbox.conftest import assert_no_survivors

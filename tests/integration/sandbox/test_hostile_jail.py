@@ -15,7 +15,7 @@ import pytest
 
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.python_reward import PythonRunHandler
 from distrs.sandbox import Limits, privileges
 from distrs.sandbox.local import LocalSandbox

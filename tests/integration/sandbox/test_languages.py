@@ -12,7 +12,7 @@ import pytest
 from distrs.core.languages import generic_languages, language_table
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.language_handler import JAIL_PATH, LanguageRunHandler, runtime_installed
 from distrs.sandbox.local import LocalSandbox
 from tests.integration.sandbox.language_programs import PROGRAMS

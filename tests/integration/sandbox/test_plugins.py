@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from distrs.core.installed import installed_types
 from distrs.core.model import Status
 from distrs.core.pipeline_config import load_pipelines
 from distrs.rewards import registry
@@ -24,11 +25,11 @@ from tests.integration.rewards.plugin_fixtures import EXAMPLE, install
 def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = install(tmp_path_factory.mktemp("plugins"))
     sys.path[:0] = [str(root), str(EXAMPLE)]
-    registry._installed.cache_clear()
+    installed_types.cache_clear()
     yield root
     sys.path.remove(str(root))
     sys.path.remove(str(EXAMPLE))
-    registry._installed.cache_clear()
+    installed_types.cache_clear()
 
 
 @pytest.fixture(params=[True, False], ids=["zygote", "jail-per-call"])

@@ -26,7 +26,7 @@ import pytest
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput, StageOutput
 from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.python_reward import FORKSERVER_SOURCE, PythonRunHandler, forkserver_source
 from distrs.sandbox import Limits, SandboxError
 from distrs.sandbox.factory import probe_bwrap
@@ -622,7 +622,7 @@ import json, sys
 from distrs.sandbox import SandboxSettings
 from distrs.sandbox.local import LocalSandbox, BWRAP
 from distrs.rewards.python_reward import PythonRunHandler
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.base import StageInput
 sb = LocalSandbox(SandboxSettings(workdir_base=sys.argv[1], mount_proc=sys.argv[2] == "1"), BWRAP)
 h = PythonRunHandler(sb, JudgeSettings(test_time_s=3.0))

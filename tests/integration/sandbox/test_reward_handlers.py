@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -10,12 +11,13 @@ from typing import Any
 import pytest
 
 from distrs.core.model import Status
-from distrs.rewards import cpp, cuda
+from distrs.rewards import cpp, cuda, cuda_toolkit
 from distrs.rewards.base import StageInput, StageOutput
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.math_reward import MathSettings, VerifyHandler
 from distrs.rewards.python_reward import PythonRunHandler
 from distrs.sandbox.local import LocalSandbox
+from tests.requirements import need
 
 SETTINGS = JudgeSettings(test_time_s=2.0)
 ADD_TESTS = [{"stdin": "1 2\n", "expected_stdout": "3\n"}, {"stdin": "40 2\n", "expected_stdout": "42\n"}]
@@ -152,10 +154,19 @@ int main() {
 CUDA_TESTS = [{"stdin": "1000\n", "expected_stdout": "1498500.0\n"}]
 
 
-@pytest.mark.gpu  # nvcc comes with the CUDA toolkit, on GPU machines
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_cuda_compiles_real_kernel_and_ships_binary(bwrap_sandbox: LocalSandbox) -> None:
-    out = cuda.CompileHandler(bwrap_sandbox, SETTINGS).run(
+def test_cuda_compiles_real_kernel_and_ships_binary(
+    bwrap_sandbox: LocalSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nvcc needs no GPU. As on a standard install, it is found under CUDA_HOME only: the
+    worker's PATH and the jail's lack it, and the jail runs it by absolute path."""
+    found = cuda_toolkit.resolve("nvcc", env={"PATH": ""})
+    need("nvcc", "the cuda type compiles with the CUDA toolkit (scripts/system-deps.sh)", found=found)
+    assert found is not None
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("CUDA_HOME", os.path.dirname(os.path.dirname(found.nvcc)))
+    handler = cuda.CompileHandler(bwrap_sandbox, SETTINGS)
+    assert handler.ready() == (True, "") and handler.compiler()[0] == found.nvcc
+    out = handler.run(
         StageInput("r", "t", "cuda", "compile", {"code": CUDA_ADD, "tests": CUDA_TESTS}, timeout_s=120)
     )
     assert out.outcome == "next", out.detail

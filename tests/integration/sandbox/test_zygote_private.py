@@ -113,7 +113,7 @@ def test_a_root_that_mapped_only_itself_keeps_a_jail_per_request_where_jails_mou
 CGROUPS = """
 import json, sys
 from distrs.rewards.base import StageInput
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.python_reward import PythonRunHandler
 from distrs.sandbox import SandboxSettings
 from distrs.sandbox.cgroups import RunCgroup

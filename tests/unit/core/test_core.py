@@ -29,7 +29,45 @@ def test_defaults_have_the_documented_pipelines() -> None:
         "synthetic": ["compile", "execute"],
     }
     assert t.stages["execute"].resource is ResourceClass.GPU and t.stages["execute"].cost == 8
-    assert t.timeouts_from("cuda", "compile") == 180.0 and t.next_stage("cuda", "execute") is None
+    assert t.timeouts_from("cuda", "compile") == 660.0 and t.next_stage("cuda", "execute") is None
+    # kernelbench bounds its own compiles (its descriptor): 600 s whatever the shared stage says
+    assert t.timeout_s("kernelbench", "compile") == 600.0 and t.timeout_s("cpp", "compile") == 600.0
+
+
+def test_a_file_overrides_fields_of_a_descriptor_and_keeps_the_rest(tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "stages:\n  compile: {timeout_s: 120}\n"
+        "reward_types:\n  kernelbench: {timeouts: {compile: 900}}\n  synthetic: [execute]\n"
+    )
+    t = load_pipelines(f)
+    kb = t.reward_types["kernelbench"]
+    assert t.timeout_s("kernelbench", "compile") == 900 and t.timeout_s("cuda", "compile") == 120
+    assert t.timeouts_from("kernelbench", "compile") == 960 and t.timeouts_from("cpp", "compile") == 180
+    assert kb.extra is not None and set(kb.handlers) == {"compile", "execute"}  # the rest is kept
+    syn = t.reward_types["synthetic"]
+    assert syn.stages == ("execute",) and syn.route is not None and syn.handlers
+    # a type's own timeouts follow its stages: a file that drops the stage drops the timeout
+    f.write_text("reward_types:\n  kernelbench: [execute]\n")
+    assert dict(load_pipelines(f).reward_types["kernelbench"].timeouts) == {}
+
+
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ({"timeouts": {"compile": 0}}, "must be > 0"),
+        ({"timeouts": {"run": 5}}, "not one of its stages"),
+        ({"timeouts": {"compile": 5}, "colour": 1}, "colour"),
+    ],
+)
+def test_bad_descriptor_overrides_name_the_problem(entry: dict[str, object], needle: str) -> None:
+    with pytest.raises((ValidationError, ValueError), match=needle):
+        load_pipelines_with({"reward_types": {"kernelbench": entry}})
+
+
+def load_pipelines_with(data: dict[str, object]) -> object:
+    stages = {name: {} for name in ("compile", "execute", "run", "verify")}
+    return table_from_mapping({"stages": stages, **data})
 
 
 def test_file_overrides_merge_over_defaults(tmp_path: Path) -> None:

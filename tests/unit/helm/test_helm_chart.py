@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from distrs.core.pipeline_config import load_pipelines
 from tests.requirements import need_module
 from tests.unit.helm.chart_render import CHART, NAMESPACE, env_of, find, one, pod_specs, render, validate
 
@@ -198,11 +199,14 @@ def test_pods_are_hardened(rendered: dict[str, Any], case: str) -> None:
 
 def test_workers_match_pipeline_stages(rendered: dict[str, Any]) -> None:
     stages = yaml.safe_load(PIPELINES.read_text())["stages"]
+    table = load_pipelines()
     objs = rendered["defaults"]
     for name, stage in stages.items():
         dep = one(objs, "Deployment", f"{F}-worker-{name}")
         spec = dep["spec"]["template"]["spec"]
-        assert spec["terminationGracePeriodSeconds"] >= stage["timeout_s"]
+        # a draining worker finishes its request: the longest any type may take at the stage
+        longest = max(table.timeout_s(t, name) for t, rt in table.reward_types.items() if name in rt.stages)
+        assert spec["terminationGracePeriodSeconds"] >= max(stage["timeout_s"], longest)
         c = spec["containers"][0]
         assert c["command"][:4] == ["distrs", "worker", "--stage", name]
         assert c["resources"]["requests"]["cpu"] == stage["resources"]["cpu"]

@@ -8,7 +8,7 @@ import random
 import pytest
 from ortools.sat.python import cp_model
 
-from distrs.placement import hetrl, hetrl_ilp
+from distrs.placement import hetrl, hetrl_ilp, hetrl_ilp_candidates
 from distrs.placement.costmodel import CostModel
 from distrs.placement.plan import CRITIC_INF, REF_INF, REWARD_INF
 from distrs.placement.space import GroupBuilder
@@ -47,44 +47,44 @@ def _optimum(model: hetrl_ilp.IlpModel) -> float:
 
 
 def test_inference_tasks_of_one_shape_are_interchangeable(ppo_cm):
-    classes = hetrl_ilp.interchangeable_tasks(ppo_cm)
+    classes = hetrl_ilp_candidates.interchangeable_tasks(ppo_cm)
     tasks = list(ppo_cm.tasks)
     assert classes == [[tasks.index(REWARD_INF), tasks.index(REF_INF), tasks.index(CRITIC_INF)]]
 
 
 def test_strengthened_model_has_the_plain_models_optimum(ppo_cm):
-    cands = hetrl_ilp._candidates(ppo_cm, GroupBuilder(ppo_cm))
+    cands = hetrl_ilp_candidates.candidates(ppo_cm, GroupBuilder(ppo_cm))
     plain = _optimum(hetrl_ilp.build_model(ppo_cm, cands, strengthen=False))
     strong = _optimum(hetrl_ilp.build_model(ppo_cm, cands, strengthen=True))
     assert strong == plain
 
 
 def test_candidate_bounds_hold_for_the_optimal_plan(ppo_cm):
-    cands = hetrl_ilp._candidates(ppo_cm, GroupBuilder(ppo_cm))
+    cands = hetrl_ilp_candidates.candidates(ppo_cm, GroupBuilder(ppo_cm))
     model = hetrl_ilp.build_model(ppo_cm, cands, strengthen=False)
     status, solver = hetrl_ilp.solve(model, 600)  # a cap, not a performance bound
     assert status == cp_model.OPTIMAL
-    bounds = hetrl_ilp.candidate_bounds(ppo_cm, cands)
+    bounds = hetrl_ilp_candidates.candidate_bounds(ppo_cm, cands)
     chosen = [i for (i, _), var in model.x.items() if solver.value(var)]
     assert len(chosen) == len(ppo_cm.tasks)
     assert all(bounds.total[i] <= solver.objective_value for i in chosen)
-    kept = set(hetrl_ilp.prune(ppo_cm, cands, round(solver.objective_value)))
+    kept = set(hetrl_ilp_candidates.prune(ppo_cm, cands, round(solver.objective_value)))
     assert all(cands[i] in kept for i in chosen)
 
 
 def test_warm_started_schedule_is_optimal(ppo_cm):
-    cands = hetrl_ilp._candidates(ppo_cm, GroupBuilder(ppo_cm))
+    cands = hetrl_ilp_candidates.candidates(ppo_cm, GroupBuilder(ppo_cm))
     plain = _optimum(hetrl_ilp.build_model(ppo_cm, cands, strengthen=False))
     # time_limit_s is a cap that keeps a broken build from hanging, not a performance bound
     # (that is benchmarks/): optimality must not depend on how loaded the machine is
     plan, ev, stats = hetrl_ilp.schedule(ppo_cm, time_limit_s=600, warm_start_s=1.0)
     assert stats.optimal and plan is not None and ev is not None and ev.feasible
-    assert round(stats.objective_s * hetrl_ilp.SCALE) == plain
+    assert round(stats.objective_s * hetrl_ilp_candidates.SCALE) == plain
 
 
 def test_downward_min_is_the_minimum_over_smaller_vectors():
     table = {(1, 0): 5, (0, 1): 7, (1, 1): 3, (2, 1): 9}
-    out = hetrl_ilp._downward_min(table, [2, 1])
+    out = hetrl_ilp_candidates.downward_min(table, [2, 1])
     assert out[(0, 0)] > 10**9
     assert out[(1, 0)] == 5 and out[(2, 0)] == 5
     assert out[(0, 1)] == 7 and out[(1, 1)] == 3 and out[(2, 1)] == 3

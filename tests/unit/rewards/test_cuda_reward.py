@@ -9,7 +9,8 @@ import pytest
 from distrs.core.model import Status
 from distrs.rewards.base import StageInput
 from distrs.rewards.cuda import ExecuteHandler, cuda_score, gpu_devices, gpu_mounts, speed_of
-from distrs.rewards.judge import Case, CaseResult, JudgedPayload, Verdict
+from distrs.rewards.judge.cases import CaseResult, Verdict
+from distrs.rewards.judge.payload import Case, JudgedPayload
 
 
 @pytest.mark.parametrize(

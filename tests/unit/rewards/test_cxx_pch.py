@@ -17,7 +17,7 @@ from distrs.core.model import Status
 from distrs.rewards import cpp, cxx_pch
 from distrs.rewards.base import StageInput
 from distrs.rewards.cxx_pch import JAIL_PCH_DIR, PchUse
-from distrs.rewards.judge import JudgeSettings
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.pch_store import PchStore, pch_key
 from distrs.sandbox import Limits, RunResult, Termination
 from distrs.sandbox.base import Mounts

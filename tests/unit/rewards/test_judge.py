@@ -10,20 +10,12 @@ from typing import Any
 import pytest
 
 from distrs.core.model import Status
+from distrs.rewards.base import InvalidPayload
 from distrs.rewards.compare import Compare
-from distrs.rewards.judge import (
-    Case,
-    InvalidPayload,
-    JudgedPayload,
-    JudgeSettings,
-    case_limits,
-    judge_case,
-    limit_cuts,
-    parse_payload,
-    run_tests,
-    score_of,
-    verdict_output,
-)
+from distrs.rewards.judge.cases import judge_case, run_tests, score_of, verdict_output
+from distrs.rewards.judge.limits import case_limits, limit_cuts
+from distrs.rewards.judge.payload import Case, JudgedPayload, parse_payload
+from distrs.rewards.judge.settings import JudgeSettings
 from distrs.sandbox import Limits, RunResult, Termination
 
 S = JudgeSettings()
@@ -214,7 +206,7 @@ def test_stage_budget_caps_each_case_and_times_out_the_rest() -> None:
 
 
 def test_python_compile_error_detection() -> None:
-    from distrs.rewards.judge import CaseResult, Verdict
+    from distrs.rewards.judge.cases import CaseResult, Verdict
     from distrs.rewards.python_reward import compile_error_of
 
     def v(stderr: str, status: Status = Status.RUNTIME_ERROR) -> Verdict:

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from distrs.core.model import Status
-from distrs.core.pipeline_config import declared_plugins, load_pipelines, table_from_mapping
+from distrs.core.pipeline_config import load_pipelines, table_from_mapping
 from distrs.rewards.plugin import normalize
 
 
@@ -62,7 +62,8 @@ def test_yaml_plugin_types() -> None:
     table = table_from_mapping(data)
     assert table.reward_types["em"].stages == ("verify",)
     assert table.reward_types["essay"].stages == ("run",)
-    assert declared_plugins()["em"] == ("my_pkg.scoring:exact_match", "verify")
+    assert table.reward_types["em"].plugin == "my_pkg.scoring:exact_match"
+    assert table.reward_types["essay"].plugin == "my_pkg.essay:score"
 
 
 @pytest.mark.parametrize(

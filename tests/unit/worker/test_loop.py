@@ -131,7 +131,8 @@ def test_run_once_reports_next_with_artifacts_and_timeout_from_stage() -> None:
     assert w.run_once() is True
     ((lid, body),) = proxy.completed
     assert lid == "L1" and body["outcome"] == "next" and body["artifacts"] == {"bin": "QUJD"}
-    assert h.seen[0].timeout_s == 120.0  # the compile stage's timeout from the pipeline table
+    compile_s = load_pipelines().stages["compile"].timeout_s
+    assert h.seen[0].timeout_s == compile_s  # the compile stage's timeout from the pipeline table
     assert w.run_once() is False
 
 
@@ -161,6 +162,38 @@ def test_not_ready_handler_makes_worker_not_ready() -> None:
     w = make(FakeProxy([]), Handler(StageOutput.next(), ready=(False, "no GPU")))
     ok, why = w.readiness()
     assert not ok and "no GPU" in why
+
+
+class Toolless(Handler):
+    """A handler whose tool this install lacks (a compile image without nvcc)."""
+
+    def absent(self) -> str | None:
+        return "no CUDA compiler"
+
+
+def test_a_default_worker_leaves_out_a_type_whose_tool_is_absent(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO")
+    plain, toolless = (
+        Handler(StageOutput.next()),
+        Toolless(StageOutput.next(), ready=(False, "no CUDA compiler")),
+    )
+    w = Worker(
+        "compile",
+        FakeProxy([]),
+        load_pipelines(),
+        worker_id="w1",
+        handler_for=lambda t, s: toolless if t == "cuda" else plain,
+    )
+    assert "cuda" not in w.reward_types and w.reward_types  # the stage's other types are served
+    assert w.readiness() == (True, "")
+    assert any("does not serve 'cuda'" in r.getMessage() for r in caplog.records)
+
+
+def test_a_worker_told_to_serve_a_toolless_type_stays_unready() -> None:
+    w = make(FakeProxy([]), Toolless(StageOutput.next(), ready=(False, "no CUDA compiler")), types=["cuda"])
+    assert w.reward_types == ["cuda"]
+    ok, why = w.readiness()
+    assert not ok and "no CUDA compiler" in why
 
 
 def test_a_not_ready_worker_logs_its_reason_once_and_takes_no_work(caplog: pytest.LogCaptureFixture) -> None:

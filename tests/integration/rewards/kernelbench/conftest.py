@@ -32,7 +32,9 @@ pytestmark = pytest.mark.kernels
 
 
 def kernel_settings(**kw: Any) -> KernelSettings:
-    return KernelSettings(device="cpu", cache_dir=CACHE_DIR, compile_time_s=1800.0, **kw)
+    """The tier's settings: a CPU pool and the shared build cache, unless ``kw`` says otherwise
+    (the GPU tier passes ``device="cuda"``)."""
+    return KernelSettings(**{"device": "cpu", "cache_dir": CACHE_DIR, "compile_time_s": 1800.0, **kw})
 
 
 @pytest.fixture(scope="session")

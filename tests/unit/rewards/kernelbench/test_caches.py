@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from distrs.rewards.kernelbench.callkey import call_key, canonical_args
+from distrs.rewards.kernelbench.in_jail.callkey import call_key, canonical_args
 from distrs.rewards.kernelbench.module_cache import BuildError, Built, ModuleCache
 from distrs.rewards.kernelbench.pch import PchStore
 

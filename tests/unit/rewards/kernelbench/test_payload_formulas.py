@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 
-from distrs.rewards.judge import InvalidPayload
-from distrs.rewards.kernelbench.compare import BadTensors, compare, decode, digest
+from distrs.rewards.base import InvalidPayload
 from distrs.rewards.kernelbench.formulas import Outcome, Stage, score
 from distrs.rewards.kernelbench.payload import parse_payload
 
@@ -87,51 +85,3 @@ def test_bad_payloads_name_the_field(payload: Any, field: str) -> None:
 )
 def test_formulas(name: str, outcome: Outcome, value: float) -> None:
     assert score(name, outcome, 10.0) == pytest.approx(value)
-
-
-def tensors(*arrays: np.ndarray) -> tuple[list[dict[str, Any]], bytes]:
-    meta = [{"dtype": str(a.dtype), "shape": list(a.shape), "nbytes": a.nbytes} for a in arrays]
-    return meta, b"".join(a.tobytes() for a in arrays)
-
-
-def test_decode_and_compare() -> None:
-    a = np.arange(6, dtype=np.float32).reshape(2, 3)
-    (got,) = decode(*tensors(a))
-    assert np.array_equal(got, a)
-    assert compare([a], [a + 5e-5], atol=1e-4, rtol=0).ok
-    bad = compare([a], [a + 1e-3], atol=1e-4, rtol=0)
-    assert (
-        not bad.ok and bad.max_difference == pytest.approx(1e-3, rel=1e-3) and "6 of 6" in (bad.issue or "")
-    )
-    assert not compare([a], [a.reshape(3, 2)], 1, 1).ok
-    nan = a.copy()
-    nan[0, 0] = np.nan
-    assert not compare([nan], [nan], 1, 1).ok  # NaN is never close, as in torch.allclose
-
-
-def test_bfloat16_is_widened_exactly() -> None:
-    bits = np.array([0x3F80, 0xC000], dtype="<u2")  # 1.0, -2.0
-    (got,) = decode([{"dtype": "bfloat16", "shape": [2], "nbytes": 4}], bits.tobytes())
-    assert got.tolist() == [1.0, -2.0]
-
-
-@pytest.mark.parametrize(
-    "meta",
-    [
-        [],
-        [{"dtype": "float32", "shape": [4], "nbytes": 8}],
-        [{"dtype": "complex64", "shape": [1], "nbytes": 8}],
-        [{"dtype": "float32", "shape": [-1], "nbytes": 4}],
-        [{"dtype": "float32", "shape": [1] * 20, "nbytes": 4}],
-        "x",
-    ],
-)
-def test_malformed_tensor_replies_are_refused(meta: Any) -> None:
-    with pytest.raises(BadTensors):
-        decode(meta, b"\0" * 8)
-
-
-def test_digest_matches_its_definition() -> None:
-    a = np.array([1.0, 2.0, 3.0])
-    w = ((np.arange(3) * 5 + 7) % 11) / 11
-    assert digest([a], 5, 7, 11) == pytest.approx(float((a * w).sum()))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from distrs.rewards.kernelbench.static_checks import (
+from distrs.rewards.kernelbench.static_checks import check_source
+from distrs.rewards.kernelbench.static_checks.cpp_text import global_kernel_names
+from distrs.rewards.kernelbench.static_checks.findings import (
     FLAG_CHECKS,
     REJECTION_CHECKS,
     Finding,
     StaticReport,
-    check_source,
-    global_kernel_names,
 )
 from tests.unit.rewards.kernelbench import candidates as c
 

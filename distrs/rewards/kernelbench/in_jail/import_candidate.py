@@ -1,8 +1,10 @@
 """Runs inside the compile jail: import the candidate as KernelBench does, with builds by the host.
 
-Run as ``python -I -B build_child.py`` with the candidate's source in ``candidate.py``. Importing
-the candidate runs its ``load_inline`` calls; this script replaces
-``torch.utils.cpp_extension.load_inline`` first with a stand-in that sends the call's canonical
+Run as ``python -I -B import_candidate.py``; it imports torch, says ``{"ready": true}`` and waits for
+``{"go": true}`` on stdin
+(so the worker can start it ahead of the request, ``warm.py``), then imports the candidate's
+source from ``candidate.py``. Importing the candidate runs its ``load_inline`` calls; this script
+replaces ``torch.utils.cpp_extension.load_inline`` first with a stand-in that sends the call's canonical
 arguments to the host and waits: the host builds the call in a clean jail of its own (or takes
 it from its cache), writes the module to ``ext<N>.so`` here and answers; the stand-in loads that
 module and returns it, so the candidate's import goes on as under ``load_inline``. The
@@ -80,6 +82,10 @@ def main() -> int:
 
     ce.load_inline = host_load_inline
     ce.load = refused_load
+    # Started ahead of its request (warm.py): ready now; the host writes candidate.py, then says go.
+    send({"ready": True})
+    if json.loads(replies.readline() or "{}").get("go") is not True:
+        return 0
     try:
         mod = load_by_path("candidate", "candidate.py")
     except BuildFailed as e:

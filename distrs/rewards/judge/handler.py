@@ -1,8 +1,9 @@
-"""The skeleton every judged stage handler (``cpp``, ``python``, ``cuda``) shares.
+"""The skeleton every judged stage handler (``cpp``, ``python``, ``cuda``, the languages) shares.
 
-:class:`JudgedHandler` holds the sandbox (the worker's shared one unless given) and the
-``DISTRS_JUDGE_*`` settings, is ready by default, and turns a malformed payload into an
-``invalid`` result before the stage's own :meth:`JudgedHandler.judge` sees it.
+:class:`JudgedHandler` holds the sandbox (the worker's shared one unless given), the
+``DISTRS_JUDGE_*`` settings and what the worker's image answers once (the interpreter they name,
+compiler identities, the C++ precompiled header), is ready by default, and turns a malformed
+payload into an ``invalid`` result before the stage's own :meth:`JudgedHandler.judge` sees it.
 
 :class:`CompileHandler` is the ``compile`` stage of the compiled types: it writes ``code`` to
 the type's source file, runs the type's compiler in the sandbox and ships the binary to the
@@ -20,31 +21,27 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import ClassVar
 
+from distrs import sandbox as sandboxes
 from distrs.core.model import Status
-from distrs.rewards.base import StageInput, StageOutput
-from distrs.rewards.checker import parse_checker, prepare_checker
-from distrs.rewards.compile_cache import CompileCache, cache_key, tool_identity
-from distrs.rewards.cxx_pch import PchUse
-from distrs.rewards.interpreter import interpreter
-from distrs.rewards.judge import (
-    LIMITS_CUT_ARTIFACT,
-    CaseResult,
+from distrs.rewards.base import (
     InvalidPayload,
-    JudgedPayload,
-    JudgeSettings,
     MiB,
-    compile_program,
+    StageInput,
+    StageOutput,
     decode_binary,
     encode_binary,
-    judge_settings,
-    limit_cuts,
-    parse_payload,
-    shared_sandbox,
     stage_budget,
-    write_inputs,
 )
-from distrs.sandbox import Sandbox
-from distrs.sandbox import readiness as sandbox_readiness
+from distrs.rewards.checker import parse_checker, prepare_checker
+from distrs.rewards.compile_cache import CompileCache, ToolIdentities, cache_key
+from distrs.rewards.cxx_pch import JudgePch, PchUse
+from distrs.rewards.interpreter import Interpreter
+from distrs.rewards.judge.cases import CaseResult, write_inputs
+from distrs.rewards.judge.compiler import compile_program
+from distrs.rewards.judge.limits import LIMITS_CUT_ARTIFACT, limit_cuts
+from distrs.rewards.judge.payload import JudgedPayload, parse_payload
+from distrs.rewards.judge.settings import JudgeSettings
+from distrs.sandbox import Mounts, Sandbox, merge_mounts
 from distrs.sandbox.base import default_env
 
 BINARY = "prog"
@@ -58,16 +55,19 @@ class JudgedHandler(ABC):
 
     def __init__(self, sandbox: Sandbox | None = None, settings: JudgeSettings | None = None) -> None:
         self._sandbox = sandbox
-        self._settings = settings or judge_settings()
+        self._settings = settings or JudgeSettings()
+        self.python = Interpreter(self._settings.python)
+        self.tools = ToolIdentities()
+        self.cxx_pch = JudgePch(self._settings)  # C++ checkers' (and cpp's) precompiled header
 
     @property
     def sandbox(self) -> Sandbox:
         """The sandbox given at construction, else the worker's shared one (created on first use)."""
-        return self._sandbox or shared_sandbox()
+        return self._sandbox or sandboxes.shared()
 
     def ready(self) -> tuple[bool, str]:
         """Not ready while this process cannot build a safe jail (unless given a sandbox)."""
-        return (True, "") if self._sandbox is not None else sandbox_readiness()
+        return (True, "") if self._sandbox is not None else sandboxes.readiness()
 
     def run(self, inp: StageInput) -> StageOutput:
         try:
@@ -81,9 +81,7 @@ class JudgedHandler(ABC):
         spec = parse_checker(inp.payload)
         if spec is None:
             return None
-        return prepare_checker(
-            self.sandbox, spec, p, self._settings, interpreter(self._settings.python)
-        ).check
+        return prepare_checker(self.sandbox, spec, p, self._settings, self.python.get(), self.cxx_pch).check
 
     @abstractmethod
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
@@ -128,11 +126,15 @@ class CompileHandler(JudgedHandler):
         """The precompiled header this compile may use (include flags and their bind), if any."""
         return None
 
+    def tool_mounts(self) -> Mounts | None:
+        """Host paths the compiler needs in the jail beyond its ``/usr`` (a toolkit elsewhere)."""
+        return None
+
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         timeout = min(self._settings.compile_time_s, p.compile_time_limit_s or math.inf, stage_budget(inp))
         argv = [*self.compiler(), "-o", BINARY, self.source]
         # keyed without the precompiled header: it changes how fast, never what, g++ compiles
-        key = cache_key([inp.reward_type, tool_identity(argv[0], JAIL_PATH), *argv], p.code, p.files)
+        key = cache_key([inp.reward_type, self.tools(argv[0], JAIL_PATH), *argv], p.code, p.files)
         pch = self.pch()
         if pch is not None:
             argv[-3:-3] = pch.args
@@ -155,7 +157,7 @@ class CompileHandler(JudgedHandler):
                 timeout_s=timeout,
                 memory_mb=self.memory_mb(),
                 env=self.env(),
-                mounts=pch.mounts if pch else None,
+                mounts=merge_mounts(pch.mounts if pch else None, self.tool_mounts()),
             )
         if failed is not None:
             if failed.status is Status.COMPILE_ERROR:

@@ -1,8 +1,8 @@
 """The identity of one ``load_inline`` call: what it builds, not where or how loudly.
 
 Shared by the host (``compile.py``: the build cache and the shipped modules are keyed by it)
-and the jailed children, which load this file by path (``build_child.py`` turns a call into
-canonical JSON arguments; ``run_child.py`` finds the shipped module of a call). Standard library
+and the jailed children, which load this file by path (``import_candidate.py`` turns a call into
+canonical JSON arguments; ``judge_process.py`` finds the shipped module of a call). Standard library
 only: it runs where ``distrs`` is not importable.
 """
 
