@@ -119,8 +119,9 @@ def serve_priority(
 
     ``arr`` is sorted ascending; ``rank[i]`` is request i's position in priority order (EBF:
     batch T_b, then arrival), a permutation of range(n) — plain ints keep the heap cheap. A freed
-    worker takes the best-ranked request that has arrived by then; an idle worker takes the next
-    arrival as it comes. ``inv`` is the inverse permutation when the caller has it.
+    worker takes the best-ranked request that arrived before it came free; an idle worker takes
+    the next arrival as it comes (one arriving the instant a worker frees is the next arrival, as
+    ``free_flow`` starts it). ``inv`` is the inverse permutation when the caller has it.
     """
     n = len(arr)
     start = [0.0] * n
@@ -153,8 +154,8 @@ def serve_priority(
             continue
         # A busy period: serve by rank until the queue is empty again.
         while True:
-            if i < n and arr[i] <= f:  # arrivals up to f join the queue; the best one starts
-                while i + 1 < n and arr[i + 1] <= f:
+            if i < n and arr[i] < f:  # arrivals before f join the queue; the best one starts
+                while i + 1 < n and arr[i + 1] < f:
                     push(ready, rank[i])
                     i += 1
                 j = inv[pushpop(ready, rank[i])]

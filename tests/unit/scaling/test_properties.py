@@ -149,7 +149,8 @@ def test_bulk_free_runs_give_the_loops_own_answer(case, n0, n1, policy, aware, a
 
 def reference_serve(arr, svc, rank, free, wait_limit, limit):
     """The serve loops' rule written plainly: the worker free first takes, if a request has
-    been waiting, the best-ranked request arrived by then, else the next arrival when it comes."""
+    been waiting, the best-ranked request that arrived before it came free, else the next arrival
+    when it comes (ties in time included: arrivals at the instant a worker frees are not waiting)."""
     free = list(free)
     start = [None] * len(arr)
     left = list(range(len(arr)))
@@ -160,7 +161,7 @@ def reference_serve(arr, svc, rank, free, wait_limit, limit):
         if arr[first] >= f0:
             j, s = first, arr[first]
         else:
-            j, s = min((i for i in left if arr[i] <= f0), key=lambda i: rank[i]), f0
+            j, s = min((i for i in left if arr[i] < f0), key=lambda i: rank[i]), f0
         if (s > arr[j] and s > wait_limit[j]) or s + svc[j] > limit[j]:
             return None
         start[j] = s
