@@ -76,6 +76,10 @@ class PolicyOptions:
     timeouts, max(T_b, its own zero-queuing worst-case completion) + D; the request may then wait
     up to D in all (measured from when it could have reached the stage without waiting), which
     is what it could add to its batch's extra delay."""
+    tail_spares: int = 2
+    """Idle workers the per-request rule keeps beyond the running requests at each stage a batch
+    in its tail may still reach (``policies.spare_in_tails``), for requests the estimate did not
+    foresee; 0 = none."""
     knowledge: Literal["estimate", "arrivals", "requests", "exact"] = "estimate"
     """What the searched policies know of the active batches, beyond Alg. 2's estimate (the
     simulator's gap breakdown, ``sim/explain.py``; needs ``PlanContext.oracle``):

@@ -3,7 +3,7 @@
 =================  ==========================================================================
 ``distrs``         Alg. 2 over all active batches + Alg. 1 with EBF and the timeout-aware rule
                    (Sec. 5.1-5.2; per request by default, ``PolicyOptions.timeout_rule``, with
-                   one spare worker in tails, ``spare_in_tails``). What the live planner runs.
+                   spare workers in tails, ``spare_in_tails``). What the live planner runs.
 ``history``        the same without the timeout-aware rule ("History-Based", Sec. 6.3).
 ``zq-dedicated``   zero queuing, a separate pool per task, sized from history: each task gets
                    the peak concurrency of its whole estimated batch, held until the batch
@@ -74,9 +74,9 @@ def reach(ctx: PlanContext, b: ActiveBatch) -> list[str]:
 
 
 def spare_in_tails(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> dict[str, int]:
-    """One worker beyond the requests running there at each stage a batch in its tail may still
-    reach (queued requests are the plan's to serve; counting them too would start workers for a
-    queue that is gone before they are up).
+    """``options.tail_spares`` workers beyond the requests running there at each stage a batch in
+    its tail may still reach (queued requests are the plan's to serve; counting them too would
+    start workers for a queue that is gone before they are up).
 
     A batch is in its tail at stage k from T_b + D − Σ_{j≥k} T_j on: the window where Sec. 5.1's
     rule lets no request of it wait, because one that ran to its timeouts would end the batch
@@ -84,9 +84,15 @@ def spare_in_tails(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> 
     to D, so the plan reserves a worker for it only if the estimate shows it coming, and the
     estimate misses some: a request the profile did not have (the batch's T then turns out
     later than estimated), or a running one that runs far longer than its draw (a timeout). On
-    ``cuda-single`` those waited 4-12 s for a busy worker (d up to 12.2 s). One spare worker per
-    stage, shared by every batch, lets the first of them start at once.
+    ``cuda-single`` those waited 4-12 s for a busy worker (d up to 12.2 s). A spare, shared by
+    every batch, lets the first of them start at once; once it is taken, a new one is up only a
+    re-plan and a worker start later, and such requests often come in twos (on ``cuda-single``
+    two arrived 0.5 s apart and the second waited 8.8 s for a compile worker). Two spares took
+    the batches past T + D on the three shared traces from 9 to 2, at about +1 % GPU time.
     """
+    spares = max(ctx.options.tail_spares, 0)
+    if not spares:
+        return dict(replicas)
     T = dict(zip(wl.batch_keys, wl.batch_T.tolist(), strict=True))
     timeouts = {s.name: s.timeout_s for s in ctx.stages}
     out = dict(replicas)
@@ -100,7 +106,7 @@ def spare_in_tails(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> 
                 timeouts[n] for n in stages[i:]
             ):
                 continue
-            out[name] = max(out[name], min(running(ctx, name) + 1, ctx.cap(name)))
+            out[name] = max(out[name], min(running(ctx, name) + spares, ctx.cap(name)))
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -233,7 +235,7 @@ def test_a_scale_down_never_retires_busy_workers():
         assert plan(_ctx("distrs", now=1100.0, batches=busy, options=opts)).replicas["compile"] == expected
 
 
-def test_a_spare_worker_in_a_tail_beyond_the_running_requests():
+def test_spare_workers_in_a_tail_beyond_the_running_requests():
     from distrs.scaling.collect import collect
     from distrs.scaling.policies import spare_in_tails
 
@@ -246,7 +248,13 @@ def test_a_spare_worker_in_a_tail_beyond_the_running_requests():
     wl = collect(ctx)
     assert wl.batch_T[0] + 2.0 - 60.0 <= 1220.0
     out = spare_in_tails(ctx, wl, {"compile": 0, "execute": 2})
-    assert out == {"compile": 1, "execute": 3}  # running + 1; queued requests are not counted
+    assert out == {"compile": 2, "execute": 4}  # running + 2; queued requests are not counted
+    one = replace(ctx, options=replace(ctx.options, tail_spares=1))
+    assert spare_in_tails(one, wl, {"compile": 0, "execute": 2}) == {"compile": 1, "execute": 3}
+    none = replace(ctx, options=replace(ctx.options, tail_spares=0))
+    assert spare_in_tails(none, wl, {"compile": 0, "execute": 2}) == {"compile": 0, "execute": 2}
+    # a plan that already has the spares idle is left as it is
+    assert spare_in_tails(ctx, wl, {"compile": 3, "execute": 5}) == {"compile": 3, "execute": 5}
     # early in the batch (now = 1000) neither stage is in its tail: nothing added
     early = _ctx("distrs", batches=[b], now=1000.0)
     assert spare_in_tails(early, collect(early), {"compile": 0, "execute": 2}) == {"compile": 0, "execute": 2}
