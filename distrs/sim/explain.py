@@ -16,8 +16,9 @@ Two views of the same gap, per stage, both exact sums:
 
   A step's worker-seconds are the difference between its two rungs, so the steps sum to
   distrs − ideal: history misprediction of the arrival curve, of the stage times, of T_b, and
-  the timeout reservations (the rule and the spare worker it keeps in tails). Each step is measured with the previous ones already granted (a
-  different order would share the interactions differently).
+  the timeout reservations (the rule and the spare workers it keeps in tails). Each step is
+  measured with the previous ones already granted (a different order would share the
+  interactions differently).
 * **by worker state** (``sim/ledger.py``): startup, ramp-up ahead of demand, idle between
   requests, scale-down lag. Busy time is the same under every policy, so the differences of
   these parts sum to the gap too; the ladder shows each step's change in each part.
