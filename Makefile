@@ -22,7 +22,16 @@ $(STAMP): pyproject.toml trainer_client/pyproject.toml Makefile
 
 install: system-deps $(STAMP)
 
-demo: install
+# The demo needs the service alone: no system packages (its synthetic reward type only sleeps)
+# and no extras (tests, kernels' torch, Ray), so a fresh clone runs it after a short install.
+DEMO_STAMP := $(VENV)/.demo-installed
+$(DEMO_STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	@touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/distrs demo
 
 up: install

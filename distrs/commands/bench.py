@@ -2,8 +2,9 @@
 
 ``scaling`` replays a ``distrs-trace/1`` trace under each policy side by side and prints a
 Markdown table; ``--json`` writes ``{"policies": {NAME: {worker_seconds, busy_seconds,
-extra_delay_s {mean,p50,p99,max}, batches, planner_s {mean,max}}}}``, ``--plots`` writes PNGs
-like Fig. 10-13. ``ebf`` sweeps GPU workers for two batches 100 s apart (Fig. 14);
+extra_delay_s {mean,p50,p99,max}, batches, planner_s {mean,max}, ledger, over_D}}}``, ``--plots``
+writes PNGs like Fig. 10-13, ``--explain`` adds the breakdown of distrs's worker-seconds above
+ideal (``sim/explain.py``) to both. ``ebf`` sweeps GPU workers for two batches 100 s apart (Fig. 14);
 ``planner-runtime`` times one decision against the number of estimated requests (Fig. 15).
 ``--trace demo`` uses the small trace shipped with the package.
 """
@@ -86,6 +87,14 @@ def scaling(
             help="Also re-plan every S seconds while batches are active (0 = only at batch events)."
         ),
     ] = 15.0,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Also break distrs's worker-seconds above ideal into causes (three more replays; "
+            "docs/scaling.md, 'Where the gap to Ideal goes').",
+        ),
+    ] = False,
 ) -> None:
     """Replay a trace under each policy; worker-seconds, busy-seconds and extra delay."""
     from distrs.scaling.context import PolicyOptions
@@ -109,8 +118,16 @@ def scaling(
     )
     results = compare_policies(tr, names, params, jobs=jobs)
     md = scaling_markdown(f"{trace}: {tr.n} requests", results, ratios(results))
+    out = scaling_json(results, max_extra_delay)
+    if explain:
+        from distrs.sim.explain import explain as break_down
+        from distrs.sim.explain import explain_markdown, ledger_markdown
+
+        ex = break_down(tr, params, jobs=jobs, have=results)
+        md += "\n" + explain_markdown(ex, f"{trace}") + "\n" + ledger_markdown(results, ex.stages)
+        out["explain"] = ex.as_json()
     typer.echo(md)
-    _write_json(json_out, scaling_json(results))
+    _write_json(json_out, out)
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(md)
@@ -161,7 +178,7 @@ def ebf(
 def planner_runtime(
     batches: Annotated[
         str, typer.Option(help="Active batch counts (2048 requests each), comma-separated.")
-    ] = "1,2,4,8,12,16,20,24",
+    ] = "1,2,4,8,16,24,32,44",
     repeats: Annotated[int, typer.Option(help="Best of this many runs per point.")] = 3,
     json_out: Annotated[Path | None, typer.Option("--json")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write the PNG here.")] = None,

@@ -73,6 +73,7 @@ class Planner:
             default_span_s=self.settings.default_batch_span_s,
             default_first_s=self.settings.default_first_arrival_s,
             warm_start=dict(self._previous) or None,
+            search_hint=(self.last.debug.get("search") if self.last is not None else None) or None,
             scale_down_margin_s=self.settings.scale_down_margin_s,
             scale_up_lookahead_s=self.settings.scale_up_lookahead_s,
             timeout_check=self.settings.timeout_check,

@@ -53,6 +53,8 @@ class BatchReport:
     busy_s: dict[str, float] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    earliest_s: float | None = None
+    """T (Eq. 1-2) measured from the batch's registration: when its rewards came back less d."""
 
 
 def synthetic_payload(req: ReplayRequest, stages: Sequence[str], speedup: float) -> dict[str, Any]:
@@ -105,6 +107,7 @@ class Replayer:
         batch_id = f"it{b.iteration}"
         await self._sleep_until(start, b.rollout_start + shift)
         t0 = time.monotonic()
+        registered = time.time()
         await self._post(
             "/v1/batches",
             {
@@ -112,7 +115,7 @@ class Replayer:
                 "batch_id": batch_id,
                 "size": len(b.requests),
                 "reward_type": "synthetic",
-                "rollout_started_at": time.time(),
+                "rollout_started_at": registered,
             },
             (200, 201),
         )
@@ -145,12 +148,15 @@ class Replayer:
                 done = body["done"]
             if body["complete"]:
                 break
+        back = time.time()
+        d = body["extra_delay_s"]
         rep = BatchReport(
             task=b.task,
             batch_id=batch_id,
             size=len(b.requests),
-            extra_delay_s=body["extra_delay_s"],
+            extra_delay_s=d,
             wall_s=time.monotonic() - t0,
+            earliest_s=None if d is None else back - registered - d,
         )
         for res in body["results"]:
             rep.statuses[res["status"]] = rep.statuses.get(res["status"], 0) + 1

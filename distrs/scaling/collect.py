@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
-from distrs.scaling.context import ActiveBatch, OracleBatch, PlanContext
+from distrs.scaling.context import ActiveBatch, BatchKey, OracleBatch, PlanContext
 from distrs.scaling.fallback import (
     ProfileArrays,
     choose_profile,
@@ -41,7 +42,7 @@ from distrs.scaling.fallback import (
     learned_profile,
     to_arrays,
 )
-from distrs.scaling.workload import Workload, concat, timeout_suffix
+from distrs.scaling.workload import F64, I64, Workload, concat, timeout_suffix
 
 LONGEST_SHARE = 0.05
 """Running_k fallback: the share of a stage's longest profile requests whose later stages a
@@ -100,15 +101,39 @@ def estimated_T(ctx: PlanContext, batch: ActiveBatch, prof: ProfileArrays) -> fl
     tail moving, and a request that really runs later is covered by its own deadline
     (``search.request_floors``).
     """
-    own = list(ctx.histories.get(batch.task) or ())[-max(ctx.options.t_estimate_batches, 1) :]
+    k = max(ctx.options.t_estimate_batches, 1)
+    own = list(ctx.histories.get(batch.task) or ())[-k:]
     if prof.source != "own" or not own:
         return prof.earliest_completion()
+    if len(own) < k:  # a young task: the latest batches of other tasks of its type count too
+        others = [
+            ps[-1]
+            for task, ps in ctx.histories.items()
+            if task != batch.task and ps and (ps[-1].reward_type or batch.reward_type) == batch.reward_type
+        ]
+        own += sorted(others, key=lambda p: p.anchor, reverse=True)[: k - len(own)]
     names = [s.name for s in ctx.stages]
     return min(to_arrays(p, names, "own").earliest_completion() for p in own)
 
 
-def collect_batch(ctx: PlanContext, batch: ActiveBatch, prof: ProfileArrays) -> Workload:
-    """Alg. 2 for one batch."""
+def future_at_true_times(batch: ActiveBatch, prof: ProfileArrays, arrivals: F64) -> tuple[I64, F64]:
+    """Future requests at their true ``arrivals`` (absolute), each with the stage times of the
+    profile request at the same position in its batch (the j-th arrival of the batch takes the
+    profile's request of rank j · n / size by r). Only the gap breakdown uses this: it
+    separates a misestimated arrival curve from misestimated stage times."""
+    when = np.sort(np.asarray(arrivals, dtype=float))
+    n = prof.r.size
+    if n == 0 or when.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    rank = batch.submitted + np.arange(when.size)
+    by_r = np.argsort(prof.r, kind="stable")
+    return by_r[np.minimum(rank * n // max(batch.size, 1), n - 1)], when
+
+
+def collect_batch(
+    ctx: PlanContext, batch: ActiveBatch, prof: ProfileArrays, true_future: F64 | None = None
+) -> Workload:
+    """Alg. 2 for one batch (``true_future``: see ``future_at_true_times``)."""
     names = [s.name for s in ctx.stages]
     index = {n: i for i, n in enumerate(names)}
     m = len(names)
@@ -124,7 +149,9 @@ def collect_batch(ctx: PlanContext, batch: ActiveBatch, prof: ProfileArrays) -> 
     future = batch.anchor + prof.r > now
     fut = np.flatnonzero(future)
     fut_arrival = batch.anchor + prof.r[fut]
-    if fut.size > remaining:  # the batch is ahead of its profile: only the last ones are left
+    if true_future is not None:
+        fut, fut_arrival = future_at_true_times(batch, prof, true_future)
+    elif fut.size > remaining:  # the batch is ahead of its profile: only the last ones are left
         keep = np.argsort(prof.r[fut], kind="stable")[fut.size - remaining :]
         fut, fut_arrival = fut[keep], fut_arrival[keep]
     elif fut.size < remaining:  # behind its profile: the missing ones follow from now on
@@ -205,12 +232,41 @@ def collect(ctx: PlanContext, batches: Sequence[ActiveBatch] | None = None) -> W
     """Alg. 2 over every active batch of every task (or the given subset)."""
     chosen = list(ctx.batches if batches is None else batches)
     reward_type_of = {b.task: b.reward_type for b in ctx.batches}
-    parts = [collect_batch(ctx, b, profile_arrays(ctx, b, reward_type_of)) for b in chosen]
+    truth = true_future_arrivals(ctx) if ctx.options.knowledge == "arrivals" else {}
+    parts = [collect_batch(ctx, b, profile_arrays(ctx, b, reward_type_of), truth.get(b.key)) for b in chosen]
     wl = concat(parts, [s.name for s in ctx.stages], ctx.now)
     wl.debug["sources"] = {
         f"{b.task}/{b.batch_id}": p.debug.get("source") for b, p in zip(chosen, parts, strict=True)
     }
     return wl
+
+
+def true_future_arrivals(ctx: PlanContext) -> dict[BatchKey, F64]:
+    """Per active batch, the true arrival times of its ``size − submitted`` requests still to
+    come, from ``ctx.oracle`` (requests that have arrived carry ``now`` there; the latest rows
+    are the ones to come)."""
+    if ctx.oracle is None:
+        raise ValueError("knowledge beyond the estimate needs ctx.oracle; only the simulator has it")
+    left = {b.key: max(b.size - b.submitted, 0) for b in ctx.batches}
+    out: dict[BatchKey, F64] = {}
+    for ob in ctx.oracle:
+        waiting = (ob.first_stage == 0) & ~ob.running
+        when = np.sort(ob.arrival[waiting])
+        n = min(left.get(ob.key, 0), when.size)
+        out[ob.key] = when[when.size - n :] if n else np.zeros(0)
+    return out
+
+
+def with_estimated_T(ctx: PlanContext, wl: Workload) -> Workload:
+    """``wl`` (exact requests) with each batch's T_b as the estimate would have it."""
+    reward_type_of = {b.task: b.reward_type for b in ctx.batches}
+    by_key = {b.key: b for b in ctx.batches}
+    T = wl.batch_T.copy()
+    for i, key in enumerate(wl.batch_keys):
+        b = by_key.get(key)
+        if b is not None:
+            T[i] = b.anchor + estimated_T(ctx, b, profile_arrays(ctx, b, reward_type_of))
+    return replace(wl, batch_T=T)
 
 
 def from_oracle(ctx: PlanContext, oracle: Sequence[OracleBatch]) -> Workload:

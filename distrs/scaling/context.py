@@ -69,6 +69,29 @@ class PolicyOptions:
     timeout_check: Literal["enqueue", "start"] = "enqueue"
     """When the timeout-aware rule reads ts: ``enqueue`` (as a request joins a queue) or ``start``
     (just before a waiting request starts; stricter). See simulate.py."""
+    timeout_rule: Literal["batch", "request"] = "request"
+    """The timeout-aware rule's deadline (simulate.py). ``batch``: Sec. 5.1 as written, a
+    request found queued at stage k fails the check when LT = ts + Σ_{j≥k} T_j > T_b + D.
+    ``request``: LT is compared with the batch's T as it would be if this request ran to its
+    timeouts, max(T_b, its own zero-queuing worst-case completion) + D; the request may then wait
+    up to D in all (measured from when it could have reached the stage without waiting), which
+    is what it could add to its batch's extra delay."""
+    tail_spares: int = 2
+    """Idle workers the per-request rule keeps beyond the running requests at each stage a batch
+    in its tail may still reach (``policies.spare_in_tails``), for requests the estimate did not
+    foresee; 0 = none."""
+    knowledge: Literal["estimate", "arrivals", "requests", "exact"] = "estimate"
+    """What the searched policies know of the active batches, beyond Alg. 2's estimate (the
+    simulator's gap breakdown, ``sim/explain.py``; needs ``PlanContext.oracle``):
+    ``estimate`` (the live planner: Alg. 2 from history), ``arrivals`` (the true arrival times
+    of requests still to come, their stage times from history at the same position in the
+    batch), ``requests`` (every remaining request exactly, T_b still estimated), ``exact``
+    (also the true T_b; with the timeout rule off this is ``ideal``)."""
+    search_hint: Mapping[str, int] | None = None
+    """The previous decision's own Alg. 1 answer per stage (``Decision.debug["search"]``),
+    before the lookahead window and the floors changed it: the search probes it and one below
+    first (two probes per stage when the workload has not changed much). Without it the
+    search probes ``warm_start``, which after a lookahead scale-down is often far below."""
     warm_start: Mapping[str, int] | None = None
     """Previous decision per stage; lets the search probe near it first (same answer, fewer runs),
     and is the allocation a scale-down starts from (``scale_down_margin_s``)."""

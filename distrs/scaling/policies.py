@@ -2,7 +2,8 @@
 
 =================  ==========================================================================
 ``distrs``         Alg. 2 over all active batches + Alg. 1 with EBF and the timeout-aware rule
-                   (Sec. 5.1-5.2). What the live planner runs.
+                   (Sec. 5.1-5.2; per request by default, ``PolicyOptions.timeout_rule``, with
+                   spare workers in tails, ``spare_in_tails``). What the live planner runs.
 ``history``        the same without the timeout-aware rule ("History-Based", Sec. 6.3).
 ``zq-dedicated``   zero queuing, a separate pool per task, sized from history: each task gets
                    the peak concurrency of its whole estimated batch, held until the batch
@@ -29,7 +30,7 @@ from typing import Protocol
 import numpy as np
 
 from distrs.core.priority import QueuePolicy
-from distrs.scaling.collect import collect, from_oracle, profile_arrays
+from distrs.scaling.collect import collect, from_oracle, profile_arrays, with_estimated_T
 from distrs.scaling.context import ActiveBatch, Decision, PlanContext
 from distrs.scaling.search import SearchResult, search, useful_concurrency
 from distrs.scaling.simulate import busy_peaks
@@ -55,16 +56,63 @@ def floor_pending(
     """
     out = dict(replicas)
     for b in ctx.batches if batches is None else batches:
-        path = list(ctx.stages_of(b.reward_type))
-        if b.submitted < b.size:
-            reach = path
-        else:
-            here = [i for i, name in enumerate(path) if b.queued.get(name, 0) or b.running_elapsed.get(name)]
-            reach = path[min(here) + 1 :] if here else []
-        for name in reach:
+        for name in reach(ctx, b):
             if name in out and out[name] < 1:
                 out[name] = min(1, ctx.cap(name))
     return out
+
+
+def reach(ctx: PlanContext, b: ActiveBatch) -> list[str]:
+    """The stages ``b`` may still send requests to: every stage of its type while requests are
+    still to come, else every stage after the earliest one where it has a request queued or
+    running."""
+    path = list(ctx.stages_of(b.reward_type))
+    if b.submitted < b.size:
+        return path
+    here = [i for i, name in enumerate(path) if b.queued.get(name, 0) or b.running_elapsed.get(name)]
+    return path[min(here) + 1 :] if here else []
+
+
+def spare_in_tails(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> dict[str, int]:
+    """``options.tail_spares`` workers beyond the requests running there at each stage a batch in
+    its tail may still reach (queued requests are the plan's to serve; counting them too would
+    start workers for a queue that is gone before they are up).
+
+    A batch is in its tail at stage k from T_b + D − Σ_{j≥k} T_j on: the window where Sec. 5.1's
+    rule lets no request of it wait, because one that ran to its timeouts would end the batch
+    late. With the per-request rule (``PolicyOptions.timeout_rule``) such a request may wait up
+    to D, so the plan reserves a worker for it only if the estimate shows it coming, and the
+    estimate misses some: a request the profile did not have (the batch's T then turns out
+    later than estimated), or a running one that runs far longer than its draw (a timeout). On
+    ``cuda-single`` those waited 4-12 s for a busy worker (d up to 12.2 s). A spare, shared by
+    every batch, lets the first of them start at once; once it is taken, a new one is up only a
+    re-plan and a worker start later, and such requests often come in twos (on ``cuda-single``
+    two arrived 0.5 s apart and the second waited 8.8 s for a compile worker). Two spares took
+    the batches past T + D on the three shared traces from 9 to 2, at about +1 % GPU time.
+    """
+    spares = max(ctx.options.tail_spares, 0)
+    if not spares:
+        return dict(replicas)
+    T = dict(zip(wl.batch_keys, wl.batch_T.tolist(), strict=True))
+    timeouts = {s.name: s.timeout_s for s in ctx.stages}
+    out = dict(replicas)
+    for b in ctx.batches:
+        t_b = T.get(b.key)
+        if t_b is None:
+            continue
+        stages = reach(ctx, b)
+        for i, name in enumerate(stages):
+            if name not in out or ctx.now < t_b + ctx.max_extra_delay_s - sum(
+                timeouts[n] for n in stages[i:]
+            ):
+                continue
+            out[name] = max(out[name], min(running(ctx, name) + spares, ctx.cap(name)))
+    return out
+
+
+def running(ctx: PlanContext, stage: str) -> int:
+    """Requests running at ``stage`` now, over every active batch."""
+    return sum(len(b.running_elapsed.get(stage, ())) for b in ctx.batches)
 
 
 def in_flight(ctx: PlanContext, stage: str) -> int:
@@ -83,6 +131,7 @@ def _search(
     timeout_aware: bool,
     margin_s: float = 0.0,
     within: Mapping[str, tuple[int, int]] | None = None,
+    hint: Mapping[str, int] | None = None,
 ) -> SearchResult:
     return search(
         wl,
@@ -92,10 +141,11 @@ def _search(
         timeout_aware=timeout_aware,
         max_replicas=ctx.max_replicas,
         stage_max=ctx.stage_max_replicas,
-        warm_start=ctx.options.warm_start,
+        warm_start=hint or ctx.options.search_hint or ctx.options.warm_start,
         timeout_check=ctx.options.timeout_check,
         margin_s=margin_s,
         within=within,
+        request_allowance_s=ctx.max_extra_delay_s if ctx.options.timeout_rule == "request" else None,
     )
 
 
@@ -125,7 +175,10 @@ def with_hysteresis(ctx: PlanContext, wl: Workload, timeout_aware: bool, res: Se
     if margin > 0:
         # new = max(tight, min(current, safe)): bisect the safe answer only inside [tight, current]
         within = {k: (n, max(n, current.get(k, 0))) for k, n in res.replicas.items()}
-        safe = _search(ctx, wl, timeout_aware, margin, within).replicas
+        # searched down from the current allocation: usually it holds, or nearly
+        safe = _search(
+            ctx, wl, timeout_aware, margin, within, hint={k: hi for k, (_, hi) in within.items()}
+        ).replicas
         out = {k: max(n, min(current.get(k, 0), safe[k])) for k, n in out.items()}
     for k, n in out.items():
         out[k] = max(n, min(current.get(k, 0), in_flight(ctx, k)))
@@ -170,9 +223,11 @@ def with_lookahead(ctx: PlanContext, wl: Workload, replicas: dict[str, int]) -> 
 
 def _searched(ctx: PlanContext, wl: Workload, timeout_aware: bool) -> Decision:
     res = _search(ctx, wl, timeout_aware)
-    replicas = with_lookahead(ctx, wl, with_hysteresis(ctx, wl, timeout_aware, res))
+    replicas = floor_pending(ctx, with_lookahead(ctx, wl, with_hysteresis(ctx, wl, timeout_aware, res)))
+    if timeout_aware and ctx.options.timeout_rule == "request":
+        replicas = spare_in_tails(ctx, wl, replicas)
     return Decision(
-        replicas=floor_pending(ctx, replicas),
+        replicas=replicas,
         estimated_completion=_estimates(wl),
         debug={
             "requests": wl.n,
@@ -182,12 +237,25 @@ def _searched(ctx: PlanContext, wl: Workload, timeout_aware: bool) -> Decision:
             "late_batches": [f"{wl.batch_keys[i][0]}/{wl.batch_keys[i][1]}" for i in res.late],
             "stage_seconds": res.stage_seconds,
             "sources": wl.debug.get("sources", {}),
+            "search": dict(res.replicas),
         },
     )
 
 
+def known_workload(ctx: PlanContext) -> Workload:
+    """The request set the searched policies plan on: Alg. 2's estimate, or as much of the
+    truth as ``options.knowledge`` grants (the simulator's gap breakdown)."""
+    level = ctx.options.knowledge
+    if level in ("estimate", "arrivals"):
+        return collect(ctx)
+    if ctx.oracle is None:
+        raise ValueError(f"knowledge={level!r} needs ctx.oracle; only the simulator has it")
+    wl = from_oracle(ctx, ctx.oracle)
+    return with_estimated_T(ctx, wl) if level == "requests" else wl
+
+
 def distrs_policy(ctx: PlanContext) -> Decision:
-    return _searched(ctx, collect(ctx), timeout_aware=True)
+    return _searched(ctx, known_workload(ctx), timeout_aware=True)
 
 
 def history_policy(ctx: PlanContext) -> Decision:

@@ -16,7 +16,12 @@ Checks, in the order they can fail:
 * the timeout-aware rule (Sec. 5.1): a request found queued at stage k at time ts fails the
   check at once when LT = ts + Σ_{j≥k} T_j exceeds its batch's deadline T_b + D. A queued
   request is last found queued just before it starts, so the rule reads: a request that waited
-  must start by T_b + D − Σ_{j≥k} T_j;
+  must start by T_b + D − Σ_{j≥k} T_j. With ``request_allowance_s`` (the policies' default,
+  ``PolicyOptions.timeout_rule``) the deadline is the batch's T as it would be were this request
+  to run to its timeouts: a request whose own worst case ends after T_b moves T with it, and
+  then only its waiting adds to d. It may then wait up to the allowance (D) in all, counted from
+  when it would have reached stage k had it never waited; the paper's rule let it wait not at
+  all, although one GPU fewer typically meant a tail request waiting under 0.1 s;
 * the batch-level constraint (Eq. 5): every batch must finish by T_b + D.
 
 Already-running requests (Running_k of Alg. 2) hold a worker from ``now`` until their remaining
@@ -34,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from distrs.core.priority import QueuePolicy
+from distrs.scaling.free_flow import FreeFlow
 from distrs.scaling.workload import F64, I64, Workload, peak_overlap
 
 EPS = 1e-9
@@ -56,17 +62,33 @@ class SimResult:
 
 
 def serve_fcfs(
-    arr: list[float], svc: list[float], free: list[float], wait_limit: list[float], limit: list[float]
+    arr: list[float],
+    svc: list[float],
+    free: list[float],
+    wait_limit: list[float],
+    limit: list[float],
+    flow: FreeFlow | None = None,
 ) -> list[float] | None:
     """Start times of requests served in arrival order by workers free at ``free`` (a heap).
 
     Returns None as soon as a request that had to wait starts after its ``wait_limit`` (the
     timeout-aware rule), or one finishes after its ``limit`` (the latest finish at this stage
-    that can still meet its batch deadline).
+    that can still meet its batch deadline). ``flow`` (the same requests as arrays) lets runs
+    of requests that wait for nothing be settled in bulk (``free_flow.py``); same result.
     """
-    start = [0.0] * len(arr)
+    n = len(arr)
+    start = [0.0] * n
     replace = heapq.heapreplace
-    for i, a in enumerate(arr):
+    i = 0
+    while i < n:
+        if flow is not None and i >= flow.next_try:
+            p = flow.run(i, free, start)
+            if p < 0:
+                return None
+            i += p
+            if i >= n:
+                break
+        a = arr[i]
         f = free[0]
         if a >= f:
             s0 = a
@@ -79,6 +101,7 @@ def serve_fcfs(
             return None
         start[i] = s0
         replace(free, end)
+        i += 1
     return start
 
 
@@ -89,25 +112,36 @@ def serve_priority(
     free: list[float],
     wait_limit: list[float],
     limit: list[float],
+    flow: FreeFlow | None = None,
+    inv: list[int] | None = None,
 ) -> list[float] | None:
     """Start times under a non-preemptive priority queue (None on an early failure, as above).
 
     ``arr`` is sorted ascending; ``rank[i]`` is request i's position in priority order (EBF:
     batch T_b, then arrival), a permutation of range(n) — plain ints keep the heap cheap. A freed
-    worker takes the best-ranked request that has arrived by then; an idle worker takes the next
-    arrival as it comes.
+    worker takes the best-ranked request that arrived before it came free; an idle worker takes
+    the next arrival as it comes (one arriving the instant a worker frees is the next arrival, as
+    ``free_flow`` starts it). ``inv`` is the inverse permutation when the caller has it.
     """
     n = len(arr)
     start = [0.0] * n
-    inv = [0] * n
-    for i, r in enumerate(rank):
-        inv[r] = i
+    if inv is None:
+        inv = [0] * n
+        for i, r in enumerate(rank):
+            inv[r] = i
     ready: list[int] = []
-    replace, push, pop = heapq.heapreplace, heapq.heappush, heapq.heappop
+    replace, push, pop, pushpop = heapq.heapreplace, heapq.heappush, heapq.heappop, heapq.heappushpop
     i = 0
     while i < n:
         # Nobody waiting (every arrived request has started): requests start as they arrive
         # while a worker is free.
+        if flow is not None and i >= flow.next_try:
+            p = flow.run(i, free, start)
+            if p < 0:
+                return None
+            i += p
+            if i >= n:
+                break
         a = arr[i]
         f = free[0]
         if a >= f:
@@ -120,10 +154,14 @@ def serve_priority(
             continue
         # A busy period: serve by rank until the queue is empty again.
         while True:
-            while i < n and arr[i] <= f:
-                push(ready, rank[i])
+            if i < n and arr[i] < f:  # arrivals before f join the queue; the best one starts
+                while i + 1 < n and arr[i + 1] < f:
+                    push(ready, rank[i])
+                    i += 1
+                j = inv[pushpop(ready, rank[i])]
                 i += 1
-            j = inv[pop(ready)]
+            else:
+                j = inv[pop(ready)]
             if f > arr[j] and f > wait_limit[j]:
                 return None
             end = f + svc[j]
@@ -153,8 +191,12 @@ class Simulator:
         timeout_aware: bool = True,
         timeout_check: str = "enqueue",
         request_floor: F64 | None = None,
+        request_allowance_s: float | None = None,
     ) -> None:
+        """``request_allowance_s``: the timeout rule's per-request allowance (module docstring);
+        None applies Sec. 5.1 as written."""
         self.wl = wl
+        self.request_allowance_s = request_allowance_s
         self.deadlines = np.asarray(deadlines, dtype=float)
         self.policy = policy
         self.timeout_aware = timeout_aware
@@ -180,8 +222,12 @@ class Simulator:
             self._queue.append(np.flatnonzero(vis & ~run))
         rest = np.cumsum(wl.service[:, ::-1], axis=1)[:, ::-1] - wl.service
         self._rest = [rest[:, k] for k in range(m)]  # Σ_{j>k} s_j per request
+        before = np.cumsum(wl.service, axis=1) - wl.service
+        self._zq_arrival = [wl.arrival + before[:, k] for k in range(m)]  # at stage k, no waits
         self._cache: dict[tuple[int, ...], tuple[F64, SimResult | None]] = {}
         self._prep: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        self.free_flow = True
+        """Settle runs of requests that wait for nothing in bulk (``free_flow.py``; same result)."""
         self.record: dict[int, tuple[F64, F64]] | None = None
         """When a dict, ``_stage`` stores each stage's busy intervals (begin, end) in it."""
 
@@ -203,7 +249,9 @@ class Simulator:
         # at the stage), so a request arriving after T_b + D − Σ_{j≥k} T_j must not wait at all
         # (wait_limit = its arrival) and an earlier one may wait (wait_limit = inf). "start": ts
         # is the last moment it is still queued, just before it starts, so a waiting request
-        # must start by T_b + D − Σ_{j≥k} T_j. And no request may finish stage k later than its
+        # must start by T_b + D − Σ_{j≥k} T_j. With the per-request allowance either may still
+        # start up to ``request_allowance_s`` after its zero-queuing arrival at the stage (see the
+        # module docstring). And no request may finish stage k later than its
         # deadline minus the run time it still needs downstream (the batch constraint of Eq. 5,
         # checked early so failing probes stop early).
         dl = self._req_deadline[idx]
@@ -213,16 +261,22 @@ class Simulator:
                 wait_limit = np.where(arr <= latest + EPS, np.inf, arr)
             else:
                 wait_limit = latest + EPS
+            if self.request_allowance_s is not None:
+                own = self._zq_arrival[k][idx] + self.request_allowance_s + EPS
+                wait_limit = np.maximum(wait_limit, own)
             no_wait = wait_limit.tolist()
         else:
             no_wait = [np.inf] * idx.size
-        limit = (dl - self._rest[k][idx] + EPS).tolist()
-        rank_l = None
+        limit_np = dl - self._rest[k][idx] + EPS
+        limit = limit_np.tolist()
+        rank_l = inv_l = None
         if self.policy is QueuePolicy.EBF:
+            by_rank = np.lexsort((np.arange(idx.size), self._prio[idx]))
             rank = np.empty(idx.size, dtype=np.int64)
-            rank[np.lexsort((np.arange(idx.size), self._prio[idx]))] = np.arange(idx.size)
-            rank_l = rank.tolist()
-        return idx, svc, arr.tolist(), svc.tolist(), rank_l, no_wait, limit
+            rank[by_rank] = np.arange(idx.size)
+            rank_l, inv_l = rank.tolist(), by_rank.tolist()
+        arrays = (arr, arr + svc, limit_np)  # for FreeFlow
+        return idx, svc, arr.tolist(), svc.tolist(), (rank_l, inv_l), no_wait, limit, arrays
 
     def _prepared(self, k: int, t: F64, upstream: tuple[int, ...]) -> tuple[Any, ...]:
         """``_prepare`` memoised by the upstream allocation: stage k's arrivals depend only on
@@ -254,11 +308,12 @@ class Simulator:
         else:  # surplus busy workers retire when free: the N latest finishers remain
             free = ends[ends.size - n_workers :].tolist()
         heapq.heapify(free)
-        idx, svc, arr_l, svc_l, rank_l, no_wait, limit = self._prepared(k, t, upstream)
+        idx, svc, arr_l, svc_l, (rank_l, inv_l), no_wait, limit, arrays = self._prepared(k, t, upstream)
+        flow = FreeFlow(*arrays) if self.free_flow else None
         if rank_l is not None:
-            out = serve_priority(arr_l, svc_l, rank_l, free, no_wait, limit)
+            out = serve_priority(arr_l, svc_l, rank_l, free, no_wait, limit, flow, inv_l)
         else:
-            out = serve_fcfs(arr_l, svc_l, free, no_wait, limit)
+            out = serve_fcfs(arr_l, svc_l, free, no_wait, limit, flow)
         if out is None:
             return SimResult(False, "infeasible", wl.stage_names[k])
         start = np.asarray(out)
@@ -306,6 +361,12 @@ class Simulator:
         workers than running requests are kept, the kept ones finish last, all busy then). N_k
         must cover those plus the arriving request at each such arrival. The bisection starts
         here: probes below it would only fail.
+
+        A request that may wait, but only until W (the per-request rule's allowance), needs a
+        worker by W. When it starts, at s ≤ W, every request that arrived before it and ranks
+        ahead of it has started (a freed worker takes the best-ranked one), so each of those
+        whose arrival + s_k is after W is still running: at least #{ranked ahead, arrived
+        before} − #{ranked ahead, arrival + s_k ≤ W} of them, plus the running ones, plus itself.
         """
         if not self.timeout_aware or not self._queue[k].size:
             return 0
@@ -313,18 +374,33 @@ class Simulator:
         t, failed = self._through(reps, k)
         if failed is not None:
             return 0
-        _, svc, arr_l, _, _, wait_limit, _ = self._prepared(k, t, reps[:k])
+        idx, svc, arr_l, _, _, wait_limit, _, _ = self._prepared(k, t, reps[:k])
         arr = np.asarray(arr_l)  # ascending
-        fixed = np.flatnonzero(np.asarray(wait_limit) <= arr)
-        if not fixed.size:
-            return 0
-        a = arr[fixed]
-        ends = np.sort(arr + svc)
-        earlier = np.searchsorted(arr, a, side="left") - np.searchsorted(ends, a, side="right")
+        limit = np.asarray(wait_limit)
+        ends = arr + svc
         run = self._run[k]
         run_ends = np.sort(t[run] + self.wl.service[run, k])
-        running = run_ends.size - np.searchsorted(run_ends, a, side="right")
-        return int((earlier + running).max()) + 1
+        best = 0
+        fixed = np.flatnonzero(limit <= arr)
+        if fixed.size:
+            a = arr[fixed]
+            earlier = np.searchsorted(arr, a, side="left") - np.searchsorted(np.sort(ends), a, side="right")
+            running = run_ends.size - np.searchsorted(run_ends, a, side="right")
+            best = int((earlier + running).max()) + 1
+        bounded = np.isfinite(limit) & (limit > arr)
+        if bounded.any():
+            prio = self._prio[idx]  # EBF: T_b (ties by arrival); FCFS: all 0
+            for level in np.unique(prio[bounded]):
+                ahead = prio <= level
+                mine = np.flatnonzero(bounded & (prio == level))
+                w = limit[mine]
+                upto = np.cumsum(ahead)[mine]  # ranked ahead (or itself), arrived no later
+                done = np.searchsorted(np.sort(ends[ahead]), w, side="right")
+                busy = (
+                    upto - done - (ends[mine] > w) + (run_ends.size - np.searchsorted(run_ends, w, "right"))
+                )
+                best = max(best, int(busy.max()) + 1)
+        return best
 
     def run(self, replicas: Sequence[int]) -> SimResult:
         """Simulate with ``replicas[k]`` workers at pipeline stage k."""
@@ -367,6 +443,8 @@ def simulate(
     timeout_aware: bool = True,
     timeout_check: str = "enqueue",
     request_floor: F64 | None = None,
+    request_allowance_s: float | None = None,
 ) -> SimResult:
     """One-shot SIMULATE (see ``Simulator``)."""
-    return Simulator(wl, deadlines, policy, timeout_aware, timeout_check, request_floor).run(replicas)
+    sim = Simulator(wl, deadlines, policy, timeout_aware, timeout_check, request_floor, request_allowance_s)
+    return sim.run(replicas)

@@ -48,6 +48,7 @@ from distrs.core.history import BatchProfile, RequestProfile, finished_sample
 from distrs.core.priority import QueuePolicy
 from distrs.scaling.context import ActiveBatch, Decision, OracleBatch, PlanContext, PolicyOptions
 from distrs.scaling.policies import plan
+from distrs.sim.ledger import IdleWorkers, StageLedger
 from distrs.sim.trace import Trace
 
 _DONE, _READY, _HINT, _ARRIVE, _TICK = 0, 1, 2, 3, 4
@@ -117,6 +118,8 @@ class ReplayResult:
     timeline: dict[str, list[tuple[float, int]]]
     decisions: list[tuple[float, dict[str, int]]]
     end_time: float
+    ledger: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per stage, the allocated worker-seconds that were not busy, by reason (``sim/ledger.py``)."""
     debug: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
@@ -134,24 +137,26 @@ class ReplayResult:
             },
             "batches": len(self.batches),
             "planner_s": {"mean": round(float(p.mean()), 5), "max": round(float(p.max()), 5)},
+            "ledger": {k: {part: round(v, 1) for part, v in d.items()} for k, d in self.ledger.items()},
         }
 
 
 class _Pool:
     """Workers of one stage (one task's, for dedicated pools)."""
 
-    __slots__ = ("busy", "draining", "idle", "queue", "stage", "starting")
+    __slots__ = ("busy", "draining", "idle", "ledger", "queue", "stage", "starting")
 
-    def __init__(self, stage: int) -> None:
+    def __init__(self, stage: int, ledger: StageLedger) -> None:
         self.stage = stage
-        self.idle = 0
+        self.ledger = ledger
+        self.idle = IdleWorkers(ledger)
         self.busy = 0
         self.draining = 0
         self.starting: dict[int, float] = {}
         self.queue: list[tuple[float, int, int]] = []
 
     def size(self) -> int:
-        return self.idle + self.busy + len(self.starting)
+        return len(self.idle) + self.busy + len(self.starting)
 
 
 class _Replay:
@@ -221,11 +226,13 @@ class _Replay:
         self.last_t = [0.0] * m
         self.alloc = [0.0] * m
         self.busy_s = [0.0] * m
+        self.ledgers = [StageLedger() for _ in range(m)]
         self.timeline: list[list[tuple[float, int]]] = [[(0.0, 0)] for _ in range(m)]
         self.outcomes: list[BatchOutcome] = []
         self.planner_s: list[float] = []
         self.decisions: list[tuple[float, dict[str, int]]] = []
         self.last_replicas: dict[str, int] | None = None
+        self.last_search: dict[str, int] | None = None
         self.now = 0.0
         self.dedicated = params.policy == "zq-dedicated"
         self.tick_pending = False
@@ -245,7 +252,7 @@ class _Replay:
         key = (task if self.dedicated else -1, k)
         pool = self.pools.get(key)
         if pool is None:
-            pool = self.pools[key] = _Pool(k)
+            pool = self.pools[key] = _Pool(k, self.ledgers[k])
         return pool
 
     # --- workers -----------------------------------------------------------------------------
@@ -271,12 +278,12 @@ class _Replay:
             if pool.starting and rem:
                 latest = sorted(pool.starting, key=pool.starting.__getitem__, reverse=True)[:rem]
                 for tok in latest:
-                    del pool.starting[tok]
+                    pool.ledger.startup += t - (pool.starting.pop(tok) - self.p.cold_start_s)
                 self._count(k, t, -len(latest))
                 rem -= len(latest)
             if pool.idle and rem:
-                gone = min(pool.idle, rem)
-                pool.idle -= gone
+                gone = min(len(pool.idle), rem)
+                pool.idle.remove(gone, t)
                 self._count(k, t, -gone)
                 rem -= gone
             pool.draining += rem  # busy workers retire when their request is done
@@ -285,7 +292,7 @@ class _Replay:
         k = pool.stage
         while pool.idle and pool.queue:
             _, _, i = heapq.heappop(pool.queue)
-            pool.idle -= 1
+            pool.idle.take(t)
             pool.busy += 1
             b = self.req_batch[i]
             self.b_queued[b][k] -= 1
@@ -294,7 +301,9 @@ class _Replay:
             self.started[i] = t
             s = self.s_list[i][k]
             self.busy_s[k] += s
-            self._push(t + s + self._handoff(s), _DONE, i, k)
+            handoff = self._handoff(s)
+            pool.ledger.handoff += handoff
+            self._push(t + s + handoff, _DONE, i, k)
 
     def _handoff(self, s: float) -> float:
         """The hand-off share of one stage visit of run time ``s`` (see ``ClusterParams``)."""
@@ -317,7 +326,8 @@ class _Replay:
     # --- planner -----------------------------------------------------------------------------
     def _context(self, t: float) -> PlanContext:
         batches = []
-        oracle: list[OracleBatch] | None = [] if self.p.policy == "ideal" else None
+        knows = self.p.policy == "ideal" or self.p.options.knowledge != "estimate"
+        oracle: list[OracleBatch] | None = [] if knows else None
         m = len(self.names)
         for b in self.active:
             batches.append(
@@ -368,7 +378,7 @@ class _Replay:
                 )
         opts = self.p.options
         if self.last_replicas is not None and self.p.policy in ("distrs", "history", "ideal"):
-            opts = replace(opts, warm_start=self.last_replicas)
+            opts = replace(opts, warm_start=self.last_replicas, search_hint=self.last_search)
         if opts.scale_down_margin_s is None:
             opts = replace(opts, scale_down_margin_s=self.p.cold_start_s)
         if opts.scale_up_lookahead_s is None and self.p.replan_interval_s:
@@ -400,6 +410,7 @@ class _Replay:
         dec = plan(ctx)
         self.planner_s.append(time.perf_counter() - t0)
         self.last_replicas = dict(dec.replicas)
+        self.last_search = dec.debug.get("search")
         self.decisions.append((t, dict(dec.replicas)))
         name_to_b = {(self.trace.task_names[self.b_task[b]], str(self.b_iter[b])): b for b in self.active}
         for key, est in dec.estimated_completion.items():
@@ -461,7 +472,7 @@ class _Replay:
             pool.draining -= 1
             self._count(k, t, -1)
         else:
-            pool.idle += 1
+            pool.idle.add(t, served=True)
         del self.b_running[b][k][i]
         row = self.s_list[i]
         nxt = next((j for j in range(k + 1, len(row)) if row[j] > 0), -1)
@@ -537,9 +548,14 @@ class _Replay:
                 pool = pools_by_id[c]
                 if a in pool.starting:
                     del pool.starting[a]
-                    pool.idle += 1
+                    pool.ledger.startup += self.p.cold_start_s
+                    pool.idle.add(t, served=False)
                     self._dispatch(pool, t)
         end = self.now
+        for pool in self.pools.values():  # whatever is left counts up to the end
+            pool.idle.remove(len(pool.idle), end)
+            for ready in pool.starting.values():
+                pool.ledger.startup += end - (ready - self.p.cold_start_s)
         for k in range(len(self.names)):
             self._count(k, end, 0)
         return ReplayResult(
@@ -552,6 +568,7 @@ class _Replay:
             timeline={n: self.timeline[k] for k, n in enumerate(self.names)},
             decisions=self.decisions,
             end_time=end,
+            ledger={n: self.ledgers[k].as_dict() for k, n in enumerate(self.names)},
         )
 
 

@@ -17,9 +17,20 @@ from distrs.sim.cluster import ReplayResult
 from distrs.sim.experiments import EbfPoint, RuntimePoint
 
 
-def scaling_json(results: dict[str, ReplayResult]) -> dict[str, Any]:
-    """``{"policies": {NAME: {worker_seconds, busy_seconds, extra_delay_s, batches, planner_s}}}``."""
-    return {"policies": {name: r.summary() for name, r in results.items()}}
+def scaling_json(results: dict[str, ReplayResult], max_extra_delay_s: float | None = None) -> dict[str, Any]:
+    """``{"policies": {NAME: {worker_seconds, busy_seconds, extra_delay_s, batches, planner_s,
+    ledger}}}``; with D given, also ``over_D``: every batch whose d exceeded it."""
+    out: dict[str, Any] = {"policies": {}}
+    for name, r in results.items():
+        s = r.summary()
+        if max_extra_delay_s is not None:
+            s["over_D"] = [
+                {"task": b.task, "iteration": b.iteration, "d": round(b.extra_delay, 3)}
+                for b in r.batches
+                if b.extra_delay > max_extra_delay_s + 1e-9
+            ]
+        out["policies"][name] = s
+    return out
 
 
 def scaling_markdown(
@@ -161,6 +172,7 @@ def plot_runtime(points: Sequence[RuntimePoint], out: Path) -> Path:
         ax.bar(x, v, width=max(x) / (len(x) * 2.5), bottom=bottom, label=f"search {s}")
         bottom += v
     ax.plot(x, [p.seconds for p in points], "k.-", label="whole decision")
+    ax.plot(x, [p.replan_seconds for p in points], "k.--", label="re-plan (previous answer as hint)")
     ax.set_xlabel("estimated requests")
     ax.set_ylabel("seconds")
     ax.legend(fontsize=7)
@@ -180,12 +192,14 @@ def ebf_markdown(points: Sequence[EbfPoint], needed: dict[str, dict[str, int | N
 
 def runtime_markdown(points: Sequence[RuntimePoint]) -> str:
     lines = [
-        "| active batches | estimated requests | decision wall (s) | decision CPU (s) | per stage search (s) | simulations |",
-        "|---|---|---|---|---|---|",
+        "| active batches | estimated requests | first decision wall / CPU (s) | per stage search (s) "
+        "| simulations | re-plan wall / CPU (s) | re-plan simulations |",
+        "|---|---|---|---|---|---|---|",
     ]
     for p in points:
         st = ", ".join(f"{k} {v:.3f}" for k, v in p.stage_seconds.items())
         lines.append(
-            f"| {p.batches} | {p.requests} | {p.seconds:.3f} | {p.cpu_seconds:.3f} | {st} | {p.simulations} |"
+            f"| {p.batches} | {p.requests} | {p.seconds:.3f} / {p.cpu_seconds:.3f} | {st} | {p.simulations} "
+            f"| {p.replan_seconds:.3f} / {p.replan_cpu_seconds:.3f} | {p.replan_simulations} |"
         )
     return "\n".join(lines) + "\n"

@@ -191,3 +191,19 @@ async def test_start_gives_up_only_when_stopped() -> None:
     assert not task.done() and not p.ready and "ConnectionError" in p.not_ready
     stop.set()
     assert await task is False
+
+
+async def test_the_next_decision_starts_from_the_previous_search_answer() -> None:
+    store, act, seen = MemoryStore(), FakeActuator(), []
+
+    def plan(ctx: PlanContext) -> Decision:
+        seen.append(ctx)
+        # the search wanted 9 compile workers; the lookahead window started only 2 of them
+        return Decision(replicas={s.name: 2 for s in ctx.stages}, debug={"search": {"compile": 9}})
+
+    p = Planner(store, act, load_pipelines(), PlannerSettings(), clock=Clock(), plan_fn=plan)
+    await p.decide("start")
+    assert seen[0].options.search_hint is None and seen[0].options.warm_start is None
+    await p.decide("interval")
+    assert seen[1].options.search_hint == {"compile": 9}  # where the search looks first
+    assert seen[1].options.warm_start is not None and seen[1].options.warm_start["compile"] == 2

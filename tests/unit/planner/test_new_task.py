@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from distrs.core.history import BatchProfile, RequestProfile
 from distrs.core.pipeline_config import load_pipelines
-from distrs.scaling.context import ActiveBatch, PlanContext
+from distrs.scaling.context import ActiveBatch, PlanContext, PolicyOptions
 from distrs.scaling.policies import plan
 
 TABLE = load_pipelines(None)
@@ -21,7 +21,7 @@ def busy_history() -> list[BatchProfile]:
     return [BatchProfile("b/busy", f"h{i}", 10.0 * i, reqs, "synthetic") for i in range(2)]
 
 
-def context(with_new_task: bool) -> PlanContext:
+def context(with_new_task: bool, rule: str = "request") -> PlanContext:
     busy = ActiveBatch(
         "b/busy", "big", "synthetic", BUSY, anchor=100.0, submitted=BUSY,
         queued={"compile": BUSY - 2}, running_elapsed={"compile": [0.4, 0.4]},
@@ -39,6 +39,7 @@ def context(with_new_task: bool) -> PlanContext:
         max_extra_delay_s=1.0,
         max_replicas=64,
         reward_stages={name: list(rt.stages) for name, rt in TABLE.reward_types.items()},
+        options=PolicyOptions(timeout_rule=rule),  # type: ignore[arg-type]
     )
 
 
@@ -52,7 +53,13 @@ def test_the_new_batch_is_estimated_from_its_reward_types_history_not_minutes() 
 
 
 def test_the_replan_at_the_new_batchs_arrival_gives_it_workers_of_its_own() -> None:
-    alone = plan(context(with_new_task=False)).replicas["compile"]
-    both = plan(context(with_new_task=True)).replicas["compile"]
-    # its 4 requests would wait behind the busy batch's 28 under EBF: they get 4 more workers
+    # Sec. 5.1's rule: its 4 requests, all in their tail, may not wait at all behind the busy
+    # batch's 28 under EBF: they get 4 more workers
+    alone = plan(context(with_new_task=False, rule="batch")).replicas["compile"]
+    both = plan(context(with_new_task=True, rule="batch")).replicas["compile"]
     assert both >= alone + 4
+    # per-request deadline: each may wait up to D for a worker the busy batch frees, so fewer
+    # are added, still enough that the plan meets both batches' deadlines
+    alone = plan(context(with_new_task=False)).replicas["compile"]
+    d = plan(context(with_new_task=True))
+    assert d.replicas["compile"] > alone and d.debug["satisfiable"]

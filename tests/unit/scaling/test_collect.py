@@ -89,6 +89,7 @@ def test_multi_tenant_every_active_batch():
     c = ctx(
         [batch(submitted=1), batch(task="b", batch_id="x", size=1, anchor=110.0)],
         histories={"a": [PROF], "b": [other]},
+        options=PolicyOptions(t_estimate_batches=1),  # each task's own T only
     )
     wl = collect(c)
     assert wl.batch_keys == [("a", "b1"), ("b", "x")]
@@ -177,3 +178,31 @@ def test_T_estimate_is_the_earliest_of_the_recent_batches():
             options=PolicyOptions(t_estimate_batches=k),
         )
         assert collect(ctx).batch_T.tolist() == [expected]
+
+
+def test_a_young_task_counts_other_tasks_latest_T_too():
+    from distrs.core.history import BatchProfile, RequestProfile
+    from distrs.scaling.collect import collect
+    from distrs.scaling.context import ActiveBatch, PlanContext
+
+    from .build import TWO
+
+    def prof(task: str, last_r: float, anchor: float = 0.0, rt: str = "cuda") -> BatchProfile:
+        reqs = (RequestProfile(10.0, {"compile": 5.0}), RequestProfile(last_r, {"compile": 5.0}))
+        return BatchProfile(task, "x", anchor, reqs, rt)
+
+    batch = ActiveBatch("t", "2", "cuda", 2, anchor=1000.0)
+    # t has one batch (T = 405); u's latest (T = 305) counts, u's older one and v (another
+    # reward type) do not
+    hist = {
+        "t": [prof("t", 400.0)],
+        "u": [prof("u", 100.0, anchor=0.0), prof("u", 300.0, anchor=500.0)],
+        "v": [prof("v", 50.0, rt="python")],
+    }
+    ctx = PlanContext(now=1000.0, stages=TWO, batches=[batch], histories=hist)
+    assert collect(ctx).batch_T.tolist() == [1305.0]
+    # with five of its own, only its own count
+    own = {**hist, "t": [prof("t", 400.0)] * 5}
+    assert collect(PlanContext(now=1000.0, stages=TWO, batches=[batch], histories=own)).batch_T.tolist() == [
+        1405.0
+    ]

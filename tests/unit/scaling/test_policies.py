@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -231,3 +233,34 @@ def test_a_scale_down_never_retires_busy_workers():
     for have, expected in ((300, 110), (105, 105), (tight, tight)):
         opts = PolicyOptions(warm_start={"compile": have, "execute": 0})
         assert plan(_ctx("distrs", now=1100.0, batches=busy, options=opts)).replicas["compile"] == expected
+
+
+def test_spare_workers_in_a_tail_beyond_the_running_requests():
+    from distrs.scaling.collect import collect
+    from distrs.scaling.policies import spare_in_tails
+
+    # T_b ≈ 1000 + 267 (the profile); at now = 1220 the batch is in its execute tail
+    # (from T_b + D − 60) and, with requests still to come, in its compile tail (from T_b + D − 180)
+    b = ActiveBatch(
+        "a", "1", "cuda", 200, anchor=1000.0, submitted=150, running_elapsed={"execute": [1.0, 2.0]}
+    )
+    ctx = _ctx("distrs", batches=[b], now=1220.0)
+    wl = collect(ctx)
+    assert wl.batch_T[0] + 2.0 - 60.0 <= 1220.0
+    out = spare_in_tails(ctx, wl, {"compile": 0, "execute": 2})
+    assert out == {"compile": 2, "execute": 4}  # running + 2; queued requests are not counted
+    one = replace(ctx, options=replace(ctx.options, tail_spares=1))
+    assert spare_in_tails(one, wl, {"compile": 0, "execute": 2}) == {"compile": 1, "execute": 3}
+    none = replace(ctx, options=replace(ctx.options, tail_spares=0))
+    assert spare_in_tails(none, wl, {"compile": 0, "execute": 2}) == {"compile": 0, "execute": 2}
+    # a plan that already has the spares idle is left as it is
+    assert spare_in_tails(ctx, wl, {"compile": 3, "execute": 5}) == {"compile": 3, "execute": 5}
+    # early in the batch (now = 1000) neither stage is in its tail: nothing added
+    early = _ctx("distrs", batches=[b], now=1000.0)
+    assert spare_in_tails(early, collect(early), {"compile": 0, "execute": 2}) == {"compile": 0, "execute": 2}
+    # a batch with everything submitted and nothing before execute can only still reach nothing
+    done = ActiveBatch(
+        "a", "1", "cuda", 200, anchor=1000.0, submitted=200, running_elapsed={"execute": [1.0]}
+    )
+    late = _ctx("distrs", batches=[done], now=1250.0)
+    assert spare_in_tails(late, collect(late), {"compile": 0, "execute": 1}) == {"compile": 0, "execute": 1}

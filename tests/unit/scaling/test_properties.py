@@ -94,3 +94,111 @@ def test_ebf_never_loses_to_fcfs_on_the_two_batch_example(gpus):
     ebf = simulate(wl, reps, big, QueuePolicy.EBF, timeout_aware=False).extra_delay(wl.batch_T).mean()
     fcfs = simulate(wl, reps, big, QueuePolicy.FCFS, timeout_aware=False).extra_delay(wl.batch_T).mean()
     assert ebf <= fcfs + 1e-6
+
+
+@st.composite
+def two_stage(draw):
+    n = draw(st.integers(1, 400))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    arrival = np.sort(rng.uniform(0, draw(st.floats(1, 300)), n))
+    service = rng.exponential([draw(st.floats(0.1, 30)), draw(st.floats(0.1, 10))], size=(n, 2))
+    service[rng.random((n, 2)) < 0.3] = 0.0
+    batches = rng.integers(0, draw(st.integers(1, 4)), n)
+    running = rng.random(n) < draw(st.floats(0, 0.3))
+    first = np.where(running, rng.integers(0, 2, n), 0)
+    return arrival, service, batches, first, running
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    two_stage(),
+    st.integers(1, 40),
+    st.integers(1, 20),
+    st.sampled_from([QueuePolicy.FCFS, QueuePolicy.EBF]),
+    st.booleans(),
+    st.sampled_from([None, 0.0, 2.0]),
+    st.floats(0, 30),
+)
+def test_bulk_free_runs_give_the_loops_own_answer(case, n0, n1, policy, aware, allowance, slack):
+    """``free_flow.FreeFlow`` settles runs of requests that wait for nothing with arrays; every
+    probe must come out exactly as the per-request loop computes it, pass or fail."""
+    from distrs.scaling.simulate import Simulator
+
+    arrival, service, batches, first, running = case
+    service[first == 1, 0] = 0.0
+    keep = service.sum(axis=1) > 0
+    if not keep.any():
+        return
+    wl = workload(
+        TWO,
+        arrival[keep],
+        service[keep],
+        batch=batches[keep],
+        first_stage=first[keep],
+        running=running[keep],
+    )
+    dl = wl.batch_T + slack
+    answers = []
+    for bulk in (False, True):
+        sim = Simulator(wl, dl, policy, aware, "enqueue", None, allowance)
+        sim.free_flow = bulk
+        r = sim.run([n0, n1])
+        answers.append((r.satisfied, r.reason, r.stage, r.completion.tolist()))
+    assert answers[0] == answers[1]
+
+
+def reference_serve(arr, svc, rank, free, wait_limit, limit):
+    """The serve loops' rule written plainly: the worker free first takes, if a request has
+    been waiting, the best-ranked request that arrived before it came free, else the next arrival
+    when it comes (ties in time included: arrivals at the instant a worker frees are not waiting)."""
+    free = list(free)
+    start = [None] * len(arr)
+    left = list(range(len(arr)))
+    while left:
+        w = min(range(len(free)), key=free.__getitem__)
+        f0 = free[w]
+        first = left[0]
+        if arr[first] >= f0:
+            j, s = first, arr[first]
+        else:
+            j, s = min((i for i in left if arr[i] < f0), key=lambda i: rank[i]), f0
+        if (s > arr[j] and s > wait_limit[j]) or s + svc[j] > limit[j]:
+            return None
+        start[j] = s
+        free[w] = s + svc[j]
+        left.remove(j)
+    return start
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 300), st.integers(1, 30), st.booleans(), st.booleans())
+def test_serve_loops_follow_the_rule_as_written(seed, n, workers, fcfs, tight):
+    import heapq
+
+    from distrs.scaling.free_flow import FreeFlow
+    from distrs.scaling.simulate import serve_fcfs, serve_priority
+
+    rng = np.random.default_rng(seed)
+    arr = np.sort(np.round(rng.uniform(0, 100, n), 1))  # rounded: ties happen
+    svc = np.round(rng.exponential(5, n), 1) + 0.1
+    rank = np.arange(n) if fcfs else np.argsort(np.argsort(rng.integers(0, 4, n) * n + np.arange(n)))
+    busy = np.sort(rng.uniform(0, 20, min(workers, int(rng.integers(0, workers + 1)))))
+    free0 = [-np.inf] * (workers - busy.size) + busy.tolist()
+    wait_limit = (
+        np.where(rng.random(n) < 0.3, arr + rng.uniform(0, 3, n), np.inf) if tight else np.full(n, np.inf)
+    )
+    limit = arr + svc + (rng.uniform(0, 60, n) if tight else 1e9)
+    want = reference_serve(
+        arr.tolist(), svc.tolist(), rank.tolist(), free0, wait_limit.tolist(), limit.tolist()
+    )
+    for flow in (None, FreeFlow(arr, arr + svc, limit)):
+        free = list(free0)
+        heapq.heapify(free)
+        args = (arr.tolist(), svc.tolist())
+        if fcfs:
+            got = serve_fcfs(*args, free, wait_limit.tolist(), limit.tolist(), flow)
+        else:
+            got = serve_priority(*args, rank.tolist(), free, wait_limit.tolist(), limit.tolist(), flow)
+        assert (got is None) == (want is None)
+        if want is not None:
+            assert got == pytest.approx(want)

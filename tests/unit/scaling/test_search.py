@@ -99,6 +99,41 @@ def test_work_lower_bound_is_below_the_answer():
     assert all(lo <= res.replicas[s] for lo, s in zip(lower, ["compile", "execute"], strict=True))
 
 
+def test_the_per_request_bound_by_hand():
+    # Deadline 10, timeout 100: every request must start within 1 s (the allowance) of its
+    # arrival. At t = 1 the two requests of t = 0 (3 s each) have started and run until 3 > 2,
+    # so the one arriving at 1 needs a third worker by t = 2.
+    wl = workload(ONE, [0.0, 0.0, 1.0, 5.0], [[3.0]] * 4, batch_T=[10.0])
+    sim = Simulator(wl, np.array([10.0]), request_allowance_s=1.0)
+    assert sim.no_wait_bound(0, [1]) == 3
+    assert not sim.run([2]).satisfied and sim.run([3]).satisfied
+    # with 2.5 s to wait it may take the first freed worker (t = 3): two workers do
+    sim = Simulator(wl, np.array([10.0]), request_allowance_s=2.5)
+    assert sim.no_wait_bound(0, [1]) == 2
+    assert not sim.run([1]).satisfied and sim.run([2]).satisfied
+
+
+def test_gallop_probes_near_the_hint_first():
+    from distrs.scaling.search import gallop
+
+    for answer in (1, 37, 40, 41, 44, 90, 200):
+        probes: list[int] = []
+
+        def sat(n: int, answer: int = answer, probes: list[int] = probes) -> bool:
+            probes.append(n)
+            return n >= answer
+
+        lo, hi = gallop(sat, 40, 1, 200)
+        assert lo <= answer <= hi and sat(hi)
+        # whatever is left is bisected; the result is the minimum
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if sat(mid) else (mid + 1, hi)
+        assert lo == answer
+        if answer in (40, 41):
+            assert len(probes) <= 3  # hint, one step, and the answer settled
+
+
 def test_warm_start_gives_the_same_answer():
     rng = np.random.default_rng(5)
     wl = workload(TWO, np.sort(rng.uniform(0, 200, 400)), rng.uniform(1, 30, (400, 2)))
@@ -135,11 +170,13 @@ def test_no_wait_bound_by_hand():
     assert Simulator(wl, np.array([10.0]), timeout_aware=False).no_wait_bound(0, [1]) == 0
 
 
+@pytest.mark.parametrize("allowance", [None, 0.5, 2.0])
 @pytest.mark.parametrize("check", ["enqueue", "start"])
 @pytest.mark.parametrize("seed", range(6))
-def test_no_wait_bound_never_cuts_off_a_passing_allocation(seed, check):
+def test_no_wait_bound_never_cuts_off_a_passing_allocation(seed, check, allowance):
     """Every count below the bound fails, for either stage, with running requests and three
-    batches under EBF (the bound is what the search starts its bisection from)."""
+    batches under EBF, under Sec. 5.1's rule and the per-request one (the bound is what the
+    search starts its bisection from)."""
     rng = np.random.default_rng(seed)
     n = 60
     running = rng.random(n) < 0.1
@@ -151,7 +188,7 @@ def test_no_wait_bound_never_cuts_off_a_passing_allocation(seed, check):
     running &= service[np.arange(n), first] > 0
     wl = workload(TWO, arrival, service, batch=rng.integers(0, 3, n), first_stage=first, running=running)
     dl, _ = deadlines(wl, 2.0)
-    sim = Simulator(wl, dl, timeout_check=check)
+    sim = Simulator(wl, dl, timeout_check=check, request_allowance_s=allowance)
     ub = useful_concurrency(wl)
     for k in (0, 1):
         reps = list(ub)

@@ -134,3 +134,33 @@ def test_busy_peaks_counts_only_work_before_the_horizon():
     assert busy_peaks(wl, [1], 1e9, FCFS) == [1]
     # nothing before the horizon
     assert busy_peaks(workload(ONE, [100], [[1]]), [2], 50.0, FCFS) == [0]
+
+
+@pytest.mark.parametrize(("allowance", "ok"), [(None, False), (0.5, False), (1.0, True), (5.0, True)])
+def test_per_request_rule_lets_a_tail_request_wait_what_it_may_add_to_d(allowance, ok):
+    # The Sec. 5.1 example again: the second request waits 1 s, and run to its 100 s timeout it
+    # would end at 101 > T + D = 6. But then T itself would be 100 (its own zero-queuing finish):
+    # the batch would be late by its 1 s of waiting, no more. With an allowance of D (the
+    # policies' default) it may wait up to D; the paper's rule (None) lets it wait not at all.
+    wl = workload(ONE, [0, 0], [[1], [1]])
+    res = simulate(wl, [1], wl.batch_T + 5.0, FCFS, timeout_aware=True, request_allowance_s=allowance)
+    assert res.satisfied is ok
+
+
+def test_per_request_allowance_counts_the_wait_upstream():
+    # Two stages, deadline 50 for every request: every arrival is inside the timeout rule's
+    # window (50 − 60 < 0 at execute), so a request may wait only its allowance in all.
+    # Both requests compile 1 s on one worker: the second waits 1 s there, then execute is free.
+    wl = workload(TWO, [0, 0], [[1, 1], [1, 1]], batch_T=[48.5])
+    dl = np.array([50.0])
+    assert simulate(wl, [1, 2], dl, FCFS, timeout_aware=True, request_allowance_s=1.5).satisfied
+    assert not simulate(wl, [1, 2], dl, FCFS, timeout_aware=True, request_allowance_s=0.5).satisfied
+    # A third request is queued at execute at t=1, when the first gets there: one execute
+    # worker runs the first 1-2 and the third 2-3. The second reaches execute at 2 after its
+    # 1 s at compile and waits until 3: 2 s in all, counted from when it would have got there
+    # (t=1) had it never waited. Over an allowance of 1.5 s, within one of 2.5 s.
+    three = workload(TWO, [0, 0, 1], [[1, 1], [1, 1], [0, 1]], first_stage=[0, 0, 1], batch_T=[48.5])
+    res = simulate(three, [1, 1], dl, FCFS, timeout_aware=True, request_allowance_s=1.5)
+    assert not res.satisfied and res.stage == "execute"
+    ok = simulate(three, [1, 1], dl, FCFS, timeout_aware=True, request_allowance_s=2.5)
+    assert ok.satisfied and ok.completion.tolist() == [2.0, 4.0, 3.0]

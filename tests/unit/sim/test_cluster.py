@@ -133,9 +133,11 @@ def test_invariants_for_every_policy_on_a_generated_trace():
         assert r.busy_seconds == pytest.approx(busy)
         assert len(r.planner_s) == len(r.decisions) > 0
         assert r.timeline["execute"][-1][1] == 0  # everything released at the end
+        for s in r.stages:  # the ledger accounts for every allocated worker-second
+            assert r.busy_seconds[s] + sum(r.ledger[s].values()) == pytest.approx(r.worker_seconds[s])
     assert results["zq-dedicated"].worker_seconds["execute"] > results["distrs"].worker_seconds["execute"]
     s = results["distrs"].summary()
-    assert set(s) == {"worker_seconds", "busy_seconds", "extra_delay_s", "batches", "planner_s"}
+    assert set(s) == {"worker_seconds", "busy_seconds", "extra_delay_s", "batches", "planner_s", "ledger"}
     assert set(s["extra_delay_s"]) == {"mean", "p50", "p99", "max"}
 
 

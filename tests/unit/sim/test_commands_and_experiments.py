@@ -78,7 +78,16 @@ def test_bench_scaling_json_has_exactly_the_documented_shape(tmp_path):
     assert list(data) == ["policies"]
     assert list(data["policies"]) == ["distrs", "zq-dedicated"]
     for entry in data["policies"].values():
-        assert set(entry) == {"worker_seconds", "busy_seconds", "extra_delay_s", "batches", "planner_s"}
+        assert set(entry) == {
+            "worker_seconds",
+            "busy_seconds",
+            "extra_delay_s",
+            "batches",
+            "planner_s",
+            "ledger",
+            "over_D",
+        }
+        assert set(entry["ledger"]) == {"compile", "execute"}
         assert set(entry["worker_seconds"]) == {"compile", "execute"}
         assert set(entry["extra_delay_s"]) == {"mean", "p50", "p99", "max"}
         assert set(entry["planner_s"]) == {"mean", "max"}
