@@ -116,6 +116,12 @@ def before_after_markdown(before: dict[str, Any], report: dict[str, Any]) -> lis
     return [*lines, ""]
 
 
+def source_name(source: str) -> str:
+    """A trace's file as the report names it: from ``shared/`` on, not this machine's path."""
+    parts = source.split("/")
+    return "/".join(parts[parts.index("shared") :]) if "shared" in parts else source
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="first 10 iterations of each task only")
@@ -147,7 +153,7 @@ def main() -> None:
         all_results[name] = results
         rat = ratios(results)
         report["traces"][name] = {
-            "source": source,
+            "source": source_name(source),
             "requests": trace.n,
             "wall_s": round(wall, 1),
             **scaling_json(results, params.max_extra_delay_s),
