@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
 from distrs.worker.loop import Worker
+from distrs.worker.resize_control import run_resized, serve_counts
 
 log = logging.getLogger(__name__)
 
@@ -145,26 +144,8 @@ class WorkerHost:
                 s.thread.join(timeout_s)
 
     def serve(self, commands: TextIO, out: TextIO) -> None:
-        for line in commands:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                n = int(line)
-            except ValueError:
-                log.error("worker host: bad command %r (expected a number of workers)", line)
-                continue
-            out.write(f"ready {self.resize(n)}\n")
-            out.flush()
+        serve_counts(commands, out, self.resize, "worker host")
         self.drain_all()
-
-
-class _Stop(Exception):
-    pass
-
-
-def _raise_stop(*_: object) -> None:
-    raise _Stop
 
 
 def run_host(
@@ -178,16 +159,4 @@ def run_host(
     host = WorkerHost(make_worker)
     if on_start is not None:
         on_start(host)
-    signal.signal(signal.SIGTERM, _raise_stop)
-    signal.signal(signal.SIGINT, _raise_stop)
-    host.resize(initial)
-    try:
-        if control is not None:
-            host.serve(control, sys.stdout)
-        else:
-            threading.Event().wait()
-    except _Stop:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM must not cut the drain short
-        host.drain_all()
+    run_resized(host.resize, initial, control, host.drain_all, "worker host")

@@ -16,9 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable
 from typing import TextIO
@@ -27,6 +25,7 @@ from distrs.config import SessionSettings
 from distrs.core.sessions import Language, SessionLimits
 from distrs.sandbox import shared
 from distrs.sandbox.stateful import StatefulSession
+from distrs.worker.resize_control import run_resized, serve_counts
 from distrs.worker.session_spares import Spares
 from distrs.worker.sessions import HttpSessionClient, SessionWorker
 
@@ -90,25 +89,7 @@ class SessionHost:
             t.join()
 
     def serve(self, commands: TextIO, out: TextIO) -> None:
-        for line in commands:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                n = int(line)
-            except ValueError:
-                log.error("session host: bad command %r (expected a number of workers)", line)
-                continue
-            out.write(f"ready {self.resize(n)}\n")
-            out.flush()
-
-
-class _Stop(Exception):
-    pass
-
-
-def _raise_stop(*_: object) -> None:
-    raise _Stop
+        serve_counts(commands, out, self.resize, "session host")
 
 
 def run_session_host(
@@ -116,19 +97,7 @@ def run_session_host(
 ) -> None:
     """Run ``initial`` workers; resize from ``control`` lines if given, else until SIGTERM/SIGINT."""
     host = SessionHost(make)
-    signal.signal(signal.SIGTERM, _raise_stop)
-    signal.signal(signal.SIGINT, _raise_stop)
-    host.resize(initial)
-    try:
-        if control is not None:
-            host.serve(control, sys.stdout)
-        else:
-            threading.Event().wait()
-    except _Stop:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        host.stop(grace_s)
+    run_resized(host.resize, initial, control, lambda: host.stop(grace_s), "session host")
 
 
 def serve_sessions(
