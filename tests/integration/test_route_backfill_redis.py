@@ -4,14 +4,13 @@ store), over hashes written as the release that stored no route wrote them."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from distrs.config import StoreSettings
 from distrs.store.redis import RedisStore
+from tests.integration.redis_stores import redis_store
 from tests.unit.proxy.test_route_backfill import FLOWS
 
 pytestmark = pytest.mark.redis
@@ -19,14 +18,8 @@ pytestmark = pytest.mark.redis
 
 @pytest.fixture(params=["standalone", "cluster"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[RedisStore]:
-    fixture = "redis_cluster" if request.param == "cluster" else "redis_server"
-    url = str(request.getfixturevalue(fixture).url)
-    settings = StoreSettings.model_validate({"redis_url": url, "redis_mode": request.param})
-    s = RedisStore.from_url(url, settings, namespace=f"rb-{uuid.uuid4().hex[:12]}")
-    await s.start()
-    yield s
-    await s.flush_namespace()
-    await s.close()
+    async with redis_store(request, request.param, "rb") as s:
+        yield s
 
 
 @pytest.mark.parametrize("flow", FLOWS, ids=[f.__name__ for f in FLOWS])
