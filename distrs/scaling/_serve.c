@@ -274,10 +274,10 @@ static void release_all(Arg *args, int count) {
             PyBuffer_Release(&args[k].view);
 }
 
-/* Ranks and their inverse must index [0, n): a bad permutation must not write out of bounds. */
-static int check_index(const i64 *v, Py_ssize_t n, const char *name) {
+/* Indices must lie in [0, bound): a bad one must not read or write out of bounds. */
+static int check_index(const i64 *v, Py_ssize_t n, Py_ssize_t bound, const char *name) {
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (v[i] < 0 || v[i] >= (i64)n) {
+        if (v[i] < 0 || v[i] >= (i64)bound) {
             PyErr_Format(PyExc_ValueError, "%s[%zd] out of range", name, i);
             return -1;
         }
@@ -350,7 +350,7 @@ static PyObject *serve_priority(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "free: no workers");
         goto done;
     }
-    if (check_index(a[2].view.buf, n, "rank") < 0 || check_index(a[3].view.buf, n, "inv") < 0)
+    if (check_index(a[2].view.buf, n, n, "rank") < 0 || check_index(a[3].view.buf, n, n, "inv") < 0)
         goto done;
     if (bits_init(&ready, n) < 0) {
         PyErr_NoMemory();
@@ -369,9 +369,85 @@ done:
     return NULL;
 }
 
+/* ---- counts for the search's lower bound (Simulator.no_wait_bound) ------------------------- */
+
+PyDoc_STRVAR(prefix_counts_doc,
+             "prefix_counts(level, nlevels, prefix, upto, out) -> None\n\n"
+             "out[q] = #{j < prefix[q] : level[j] <= upto[q]} for every query q (int64 arrays;\n"
+             "levels in [0, nlevels), prefixes in [0, len(level)]). One sweep with a Fenwick\n"
+             "tree over the levels, O((n + queries) log nlevels), where numpy needs a pass over\n"
+             "the n items per level.");
+
+static PyObject *prefix_counts(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[4];
+    Py_ssize_t nlevels;
+    if (!PyArg_ParseTuple(args, "OnOOO:prefix_counts", &o[0], &nlevels, &o[1], &o[2], &o[3]))
+        return NULL;
+    Arg a[4];
+    memset(a, 0, sizeof a);
+    i64 *tree = NULL, *first = NULL, *order = NULL;
+    if (get_arg(o[0], &a[0], 'q', 0, -1, "level") < 0 || get_arg(o[1], &a[1], 'q', 0, -1, "prefix") < 0)
+        goto done;
+    Py_ssize_t n = a[0].view.len / 8, nq = a[1].view.len / 8;
+    if (get_arg(o[2], &a[2], 'q', 0, nq, "upto") < 0 || get_arg(o[3], &a[3], 'q', 1, nq, "out") < 0)
+        goto done;
+    const i64 *level = a[0].view.buf, *prefix = a[1].view.buf, *upto = a[2].view.buf;
+    i64 *out = a[3].view.buf;
+    if (nlevels < 1) {
+        PyErr_SetString(PyExc_ValueError, "nlevels must be positive");
+        goto done;
+    }
+    if (check_index(level, n, nlevels, "level") < 0 || check_index(prefix, nq, n + 1, "prefix") < 0 ||
+        check_index(upto, nq, nlevels, "upto") < 0)
+        goto done;
+    tree = calloc((size_t)nlevels + 1, sizeof(i64));
+    first = calloc((size_t)n + 2, sizeof(i64));
+    order = malloc(sizeof(i64) * (size_t)(nq > 0 ? nq : 1));
+    if (tree == NULL || first == NULL || order == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    /* the queries by prefix (a counting sort): those with prefix p are order[first[p] .. first[p+1]) */
+    for (Py_ssize_t q = 0; q < nq; q++)
+        first[prefix[q] + 1]++;
+    for (Py_ssize_t p = 0; p <= n; p++)
+        first[p + 1] += first[p];
+    for (Py_ssize_t q = 0; q < nq; q++)
+        order[first[prefix[q]]++] = q;
+    /* first[p] now ends bucket p; bucket p starts where bucket p-1 ends */
+    Py_ssize_t at = 0;
+    for (Py_ssize_t j = 0; j <= n; j++) {
+        for (; at < first[j]; at++) { /* queries with prefix j: the first j items are in */
+            Py_ssize_t q = (Py_ssize_t)order[at];
+            i64 sum = 0;
+            for (i64 i = upto[q] + 1; i > 0; i -= i & -i)
+                sum += tree[i];
+            out[q] = sum;
+        }
+        if (j < n)
+            for (i64 i = level[j] + 1; i <= nlevels; i += i & -i)
+                tree[i]++;
+    }
+    Py_END_ALLOW_THREADS
+    free(tree);
+    free(first);
+    free(order);
+    release_all(a, 4);
+    Py_RETURN_NONE;
+done:
+    free(tree);
+    free(first);
+    free(order);
+    release_all(a, 4);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"fcfs", serve_fcfs, METH_VARARGS, fcfs_doc},
     {"priority", serve_priority, METH_VARARGS, priority_doc},
+    {"prefix_counts", prefix_counts, METH_VARARGS, prefix_counts_doc},
     {NULL, NULL, 0, NULL},
 };
 

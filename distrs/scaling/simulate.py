@@ -493,6 +493,13 @@ class Simulator:
             running = run_ends.size - np.searchsorted(run_ends, w_all, "right")
             late = ends[bounded] > w_all
             mine_level = level[bounded]
+            if self.native is not None:  # the same counts in one sweep each (_serve.c)
+                upto = np.empty(bounded.size, dtype=np.int64)
+                finished = np.empty(bounded.size, dtype=np.int64)
+                levels = int(level.max()) + 1
+                self.native.prefix_counts(level, levels, bounded + 1, mine_level, upto)
+                self.native.prefix_counts(level_by_end, levels, cut, mine_level, finished)
+                return max(best, int((upto - finished - late + running).max()) + 1)
             for lv in np.unique(mine_level):
                 sel = mine_level == lv
                 # ranked ahead (or itself) and arrived no later; ranked ahead among the i earliest ends

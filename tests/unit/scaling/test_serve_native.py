@@ -199,6 +199,32 @@ def test_bad_arguments_are_refused_not_read_out_of_bounds():
     assert KERNEL.fcfs(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), np.empty(0))
 
 
+@needs_kernel
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 300), st.integers(1, 8), st.integers(0, 50))
+def test_prefix_counts_count_as_written(seed, n, levels, queries):
+    """``prefix_counts`` (no_wait_bound's counts): out[q] = #{j < prefix[q] : level[j] <= upto[q]}."""
+    rng = np.random.default_rng(seed)
+    level = rng.integers(0, levels, n)
+    prefix = rng.integers(0, n + 1, queries)
+    upto = rng.integers(0, levels, queries)
+    out = np.full(queries, -1, dtype=np.int64)
+    KERNEL.prefix_counts(level, levels, prefix, upto, out)
+    want = [int(np.sum(level[:p] <= u)) for p, u in zip(prefix, upto, strict=True)]
+    assert out.tolist() == want
+
+
+@needs_kernel
+def test_prefix_counts_refuse_indices_out_of_range():
+    level, out = np.array([0, 1, 2]), np.empty(1, dtype=np.int64)
+    with pytest.raises(ValueError):
+        KERNEL.prefix_counts(level, 2, np.array([1]), np.array([0]), out)  # a level >= nlevels
+    with pytest.raises(ValueError):
+        KERNEL.prefix_counts(level, 3, np.array([4]), np.array([0]), out)  # prefix > n
+    with pytest.raises(ValueError):
+        KERNEL.prefix_counts(level, 3, np.array([1]), np.array([3]), out)
+
+
 # ---- through the simulator and the search --------------------------------------------------------
 
 
