@@ -8,7 +8,8 @@ out). ``SERVE_LOOPS`` says which is in use ("native" or "python"); the benchmark
 
 The wrappers here take and give what the Python loops do (``simulate.serve_fcfs`` /
 ``serve_priority``), lists or arrays, for tests and one-off calls; ``Simulator`` calls the
-extension directly on its arrays.
+extension directly on its arrays, and also its ``prefix_counts`` (the counts behind
+``Simulator.no_wait_bound``, numpy passes per priority level otherwise).
 """
 
 from __future__ import annotations
