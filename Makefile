@@ -14,7 +14,9 @@ all: test
 system-deps:
 	@./scripts/system-deps.sh
 
-$(STAMP): pyproject.toml trainer_client/pyproject.toml Makefile
+# setup.py and the C source: the editable install builds the C serve loops in place
+# (distrs/scaling/_serve.abi3.so; skipped, with the Python loops instead, where no C compiler is).
+$(STAMP): pyproject.toml setup.py distrs/scaling/_serve.c trainer_client/pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev,kernels]' -e './trainer_client[ray]'  # ray: the Ray rollout hook test (~260 MB, ~40 s)
@@ -25,7 +27,7 @@ install: system-deps $(STAMP)
 # The demo needs the service alone: no system packages (its synthetic reward type only sleeps)
 # and no extras (tests, kernels' torch, Ray), so a fresh clone runs it after a short install.
 DEMO_STAMP := $(VENV)/.demo-installed
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml setup.py distrs/scaling/_serve.c
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .
@@ -99,4 +101,4 @@ bench: install
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build/lib.* build/temp.* distrs/scaling/*.so

@@ -120,9 +120,14 @@ def _sha(parts: Iterable[bytes | str]) -> str:
 
 
 def source_hash() -> str:
-    """Hash of what goes into the project's wheel: the package tree and its metadata."""
-    files = [REPO / "pyproject.toml", REPO / "README.md"]
-    files += sorted(p for p in (REPO / "distrs").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    """Hash of what goes into the project's wheel: the package tree, its metadata and setup.py
+    (the C extension); not what a local build left in the tree (the in-place extension)."""
+    files = [REPO / "pyproject.toml", REPO / "README.md", REPO / "setup.py"]
+    files += sorted(
+        p
+        for p in (REPO / "distrs").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".so", ".pyd")
+    )
     return _sha(x for p in files for x in (str(p.relative_to(REPO)), p.read_bytes()))
 
 
@@ -420,8 +425,35 @@ def ensure_wheels(pyver: str) -> tuple[Path, Path]:
             [sys.executable, "-m", "pip", "-q", "wheel", "--no-deps", "--wheel-dir", str(src_dir), str(REPO)],
             check=True,
         )
+        _check_project_wheel(src_dir, pyver)
         (src_dir / ".complete").write_text("")
     return dep_dir, src_dir
+
+
+def _check_project_wheel(src_dir: Path, pyver: str) -> None:
+    """The project's wheel is a platform wheel (``distrs-V-cp311-abi3-linux_<arch>.whl``: the C
+    serve loops, ``distrs/scaling/_serve.c``, built for CPython's stable ABI) or, built where
+    no C compiler is, one without the extension (the planner then runs the Python loops). Either
+    installs on the image's CPython 3.11+; say which it is, and stop on one that cannot."""
+    import zipfile
+
+    wheels = sorted(src_dir.glob("distrs-*.whl"))
+    if len(wheels) != 1:
+        raise SystemExit(f"expected one project wheel in {src_dir}, found {[w.name for w in wheels]}")
+    tag = wheels[0].name.removesuffix(".whl").split("-", 2)[2]
+    py, abi, _plat = tag.split("-")
+    minor = int(pyver.split(".")[1])
+    if abi == "abi3":  # cp3X-abi3: CPython 3.X and later
+        fits = py.startswith("cp3") and int(py.removeprefix("cp3")) <= minor
+    else:
+        fits = abi == "none" or abi == f"cp3{minor}"
+    if not fits:
+        raise SystemExit(f"project wheel {wheels[0].name} does not install on CPython {pyver}")
+    with zipfile.ZipFile(wheels[0]) as z:
+        names = z.namelist()
+    native = any(n.startswith("distrs/scaling/_serve.") and n.endswith((".so", ".pyd")) for n in names)
+    loops = "the C serve loops" if native else "no C compiler here: the Python serve loops"
+    _log(f"project wheel {wheels[0].name}: {loops}")
 
 
 def _link_all(paths: Sequence[Path], dest: Path) -> None:

@@ -6,8 +6,11 @@
 #
 # DEST/wheels, installed there by scripts/offline_install.py into a plain folder on PYTHONPATH
 # (the machine's python keeps its own torch):
-#   - the project's own wheels, distrs and distrs-client (built here, pure Python): their
-#     metadata carries the entry points (distrs.rewards) that name the reward types;
+#   - the project's own wheels, distrs and distrs-client (built here): their metadata carries
+#     the entry points (distrs.rewards) that name the reward types. distrs's is a platform wheel
+#     (cp311-abi3-linux_x86_64: the C serve loops of the planner's simulation, for any CPython
+#     3.11+; offline_install.py takes it by its tags) when this machine has a C compiler; the
+#     check imports distrs from the checkout, where the Python loops stand in for them;
 #   - manylinux x86_64 wheels of distrs' runtime dependencies for PYTHON_VERSION and the pytest
 #     plugin the GPU tier needs (pytest-asyncio), less the projects the GPU machine's image
 #     already has (GPU_CHECK_PROVIDED, space-separated; default: the image's package list) and

@@ -184,6 +184,7 @@ def planner_runtime(
     plot: Annotated[Path | None, typer.Option(help="Write the PNG here.")] = None,
 ) -> None:
     """Wall time of one ``distrs`` decision vs the number of estimated requests (Fig. 15)."""
+    from distrs.scaling.serve_native import ENV, SERVE_LOOPS
     from distrs.sim.experiments import planner_runtime as measure
     from distrs.sim.report import plot_runtime, runtime_markdown
 
@@ -193,7 +194,8 @@ def planner_runtime(
         raise typer.BadParameter("must be integers separated by commas", param_hint="--batches") from None
     points = measure(counts, repeats)
     typer.echo(runtime_markdown(points))
-    _write_json(json_out, {"points": [p.__dict__ for p in points]})
+    typer.echo(f"\nserve loops: {SERVE_LOOPS} ({ENV}=0 forces the Python ones)")
+    _write_json(json_out, {"points": [p.__dict__ for p in points], "serve_loops": SERVE_LOOPS})
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
         typer.echo(f"wrote {plot_runtime(points, plot)}")

@@ -1,5 +1,8 @@
 """Runs of requests that start the moment they arrive, found with numpy instead of one by one.
 
+Used by SIMULATE's Python serve loops, the fallback where the C ones (``_serve.c``, chosen by
+``serve_native.py``) are not built; the C loops are faster than this bulk path and need none.
+
 SIMULATE's serve loops (``simulate.py``) pop a worker-free time from a heap per request. Near
 the allocation Alg. 1 settles on, almost every request finds a worker free when it arrives
 (measured: > 99.7 % of 52-66k requests per stage in a passing probe), so most of the loop is

@@ -9,8 +9,10 @@ Why stage by stage: the pipeline is feed-forward (a request only moves to later 
 stage's queue discipline only looks at the requests that reached it, so stage k can be simulated
 completely once stage k-1's departure times are known. That turns one event loop over every
 stage into M small loops, each a heap of worker-free times, and lets the search (Alg. 1) cache
-the stages before the one it is probing. The loops are plain Python over lists with ``heapq``
-(the hot path is one ``heapreplace`` per request); everything around them is numpy.
+the stages before the one it is probing. The loops run in C (``_serve.c``, picked by
+``serve_native.py``) where the extension is built, else in plain Python over lists with ``heapq``
+(the hot path is one ``heapreplace`` per request, about 1 µs, sped up by ``free_flow.py``); both
+give the same start times to the bit. Everything around them is numpy.
 
 Checks, in the order they can fail:
 * the timeout-aware rule (Sec. 5.1): a request found queued at stage k at time ts fails the
@@ -39,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from distrs.core.priority import QueuePolicy
+from distrs.scaling import serve_native
 from distrs.scaling.free_flow import FreeFlow
 from distrs.scaling.workload import F64, I64, Workload, peak_overlap
 
@@ -59,6 +62,28 @@ class SimResult:
     def extra_delay(self, batch_T: F64) -> F64:
         """d_b = finish_b − T_b, floored at 0 (Table 1)."""
         return np.maximum(self.batch_finish - batch_T, 0.0)
+
+
+def stable_argsort(x: F64) -> I64:
+    """``np.argsort(x, kind="stable")``, the same permutation, several times faster on floats:
+    numpy's default sort, then the indices of each run of equal values put back in order."""
+    order = np.argsort(x)
+    if x.size < 2:
+        return order
+    xs = x[order]
+    if np.isnan(xs[-1]):  # NaNs sort last but never compare equal
+        return np.argsort(x, kind="stable")
+    eq = xs[1:] == xs[:-1]
+    if eq.any():
+        tied = np.zeros(x.size, dtype=bool)
+        tied[1:] = eq
+        tied[:-1] |= eq
+        pos = np.flatnonzero(tied)
+        starts = np.ones(pos.size, dtype=bool)
+        starts[1:] = ~eq[pos[1:] - 1]  # xs[p] differs from xs[p - 1]: a new run
+        sub = order[pos]
+        order[pos] = sub[np.lexsort((sub, np.cumsum(starts)))]
+    return order
 
 
 def serve_fcfs(
@@ -175,6 +200,36 @@ def serve_priority(
     return start
 
 
+@dataclass
+class StageQueue:
+    """Stage k's queue members in arrival order, with their limits (``Simulator._prepare``).
+
+    Arrays for the C loops and ``no_wait_bound``; ``lists`` converts them once for the Python
+    loops (plain floats and ints keep ``heapq`` cheap)."""
+
+    idx: I64  # request rows, by arrival at the stage
+    arr: F64
+    svc: F64
+    rank: I64 | None  # EBF: position in priority order; None under FCFS
+    inv: I64 | None  # its inverse permutation
+    wait_limit: F64
+    limit: F64
+    _lists: tuple[Any, ...] | None = None
+
+    def lists(self) -> tuple[Any, ...]:
+        """(arr, svc, rank, inv, wait_limit, limit) as lists (rank, inv None under FCFS)."""
+        if self._lists is None:
+            self._lists = (
+                self.arr.tolist(),
+                self.svc.tolist(),
+                None if self.rank is None else self.rank.tolist(),
+                None if self.inv is None else self.inv.tolist(),
+                self.wait_limit.tolist(),
+                self.limit.tolist(),
+            )
+        return self._lists
+
+
 class Simulator:
     """SIMULATE(Num, R, S, D) for one workload, reusable across the probes of a search.
 
@@ -224,61 +279,80 @@ class Simulator:
         self._rest = [rest[:, k] for k in range(m)]  # Σ_{j>k} s_j per request
         before = np.cumsum(wl.service, axis=1) - wl.service
         self._zq_arrival = [wl.arrival + before[:, k] for k in range(m)]  # at stage k, no waits
+        self._static = [self._queue_constants(k) for k in range(m)]
         self._cache: dict[tuple[int, ...], tuple[F64, SimResult | None]] = {}
-        self._prep: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        self._prep: dict[tuple[int, ...], StageQueue] = {}
+        self.native = serve_native.KERNEL
+        """The C serve loops, or None for the Python ones (``serve_native.py``; same result)."""
         self.free_flow = True
-        """Settle runs of requests that wait for nothing in bulk (``free_flow.py``; same result)."""
+        """Python loops: settle runs of requests that wait for nothing in bulk (``free_flow.py``;
+        same result)."""
         self.record: dict[int, tuple[F64, F64]] | None = None
         """When a dict, ``_stage`` stores each stage's busy intervals (begin, end) in it."""
 
     def visitors(self, k: int) -> int:
         return int(self._visit[k].shape[0])
 
-    def _prepare(self, k: int, t: F64) -> tuple[Any, ...]:
-        """Queue members of stage k in arrival order, with their limits, as plain lists."""
+    def _queue_constants(self, k: int) -> tuple[F64, F64, F64 | None, F64 | None, Any]:
+        """What ``_prepare`` needs of stage k's queue members that no probe changes, in the
+        order of ``_queue[k]``: run time, latest finish, latest queuing time (+EPS), the
+        allowance's latest start, and the EBF priority level (ties share one).
+
+        Sec. 5.1: a request found queued at stage k at time ts fails the check when
+        LT = ts + Σ_{j≥k} T_j > T_b + D. The serve loops fail a request that waited and starts
+        after its ``wait_limit``. "enqueue": ts is the moment it joins the queue (its arrival at
+        the stage), so a request arriving after T_b + D − Σ_{j≥k} T_j must not wait at all
+        (wait_limit = its arrival) and an earlier one may wait (wait_limit = inf). "start": ts is
+        the last moment it is still queued, just before it starts, so a waiting request must
+        start by T_b + D − Σ_{j≥k} T_j. With the per-request allowance either may still start up
+        to ``request_allowance_s`` after its zero-queuing arrival at the stage (see the module
+        docstring). And no request may finish stage k later than its deadline minus the run time
+        it still needs downstream (the batch constraint of Eq. 5, checked early so failing probes
+        stop early)."""
         wl = self.wl
         q = self._queue[k]
-        arr_all = t[q]
-        order = np.argsort(arr_all, kind="stable")
-        idx = q[order]
-        arr = arr_all[order]
-        svc = wl.service[idx, k]
-        # Sec. 5.1: a request found queued at stage k at time ts fails the check when
-        # LT = ts + Σ_{j≥k} T_j > T_b + D. The serve loops fail a request that waited and starts
-        # after its ``wait_limit``. "enqueue": ts is the moment it joins the queue (its arrival
-        # at the stage), so a request arriving after T_b + D − Σ_{j≥k} T_j must not wait at all
-        # (wait_limit = its arrival) and an earlier one may wait (wait_limit = inf). "start": ts
-        # is the last moment it is still queued, just before it starts, so a waiting request
-        # must start by T_b + D − Σ_{j≥k} T_j. With the per-request allowance either may still
-        # start up to ``request_allowance_s`` after its zero-queuing arrival at the stage (see the
-        # module docstring). And no request may finish stage k later than its
-        # deadline minus the run time it still needs downstream (the batch constraint of Eq. 5,
-        # checked early so failing probes stop early).
-        dl = self._req_deadline[idx]
+        dl = self._req_deadline[q]
+        svc = wl.service[q, k]
+        limit = dl - self._rest[k][q] + EPS
+        latest = own = None
         if self.timeout_aware:
-            latest = dl - wl.timeout_suffix[wl.batch[idx], k]
-            if self.timeout_check == "enqueue":
-                wait_limit = np.where(arr <= latest + EPS, np.inf, arr)
-            else:
-                wait_limit = latest + EPS
+            latest = dl - wl.timeout_suffix[wl.batch[q], k] + EPS
             if self.request_allowance_s is not None:
-                own = self._zq_arrival[k][idx] + self.request_allowance_s + EPS
-                wait_limit = np.maximum(wait_limit, own)
-            no_wait = wait_limit.tolist()
-        else:
-            no_wait = [np.inf] * idx.size
-        limit_np = dl - self._rest[k][idx] + EPS
-        limit = limit_np.tolist()
-        rank_l = inv_l = None
+                own = self._zq_arrival[k][q] + self.request_allowance_s + EPS
+        level = None
         if self.policy is QueuePolicy.EBF:
-            by_rank = np.lexsort((np.arange(idx.size), self._prio[idx]))
-            rank = np.empty(idx.size, dtype=np.int64)
-            rank[by_rank] = np.arange(idx.size)
-            rank_l, inv_l = rank.tolist(), by_rank.tolist()
-        arrays = (arr, arr + svc, limit_np)  # for FreeFlow
-        return idx, svc, arr.tolist(), svc.tolist(), (rank_l, inv_l), no_wait, limit, arrays
+            # Dense ranks of T_b: a stable sort of small ints (a radix sort) orders the queue by
+            # T_b, then arrival, as a sort on (T_b, position) would.
+            _, level = np.unique(self._prio[q], return_inverse=True)
+            if level.size and int(level.max()) < 1 << 16:
+                level = level.astype(np.uint16)
+        return svc, limit, latest, own, level
 
-    def _prepared(self, k: int, t: F64, upstream: tuple[int, ...]) -> tuple[Any, ...]:
+    def _prepare(self, k: int, t: F64) -> StageQueue:
+        """Queue members of stage k in arrival order, with their limits (``_queue_constants``)."""
+        q = self._queue[k]
+        svc_q, limit_q, latest_q, own_q, level_q = self._static[k]
+        arr_all = t[q]
+        order = stable_argsort(arr_all)
+        arr = arr_all[order]
+        idx = q[order]
+        svc = svc_q[order]
+        if latest_q is not None:
+            latest = latest_q[order]
+            wait_limit = np.where(arr <= latest, np.inf, arr) if self.timeout_check == "enqueue" else latest
+            if own_q is not None:
+                wait_limit = np.maximum(wait_limit, own_q[order])
+        else:
+            wait_limit = np.full(idx.size, np.inf)
+        limit = limit_q[order]
+        rank = inv = None
+        if level_q is not None:
+            inv = np.argsort(level_q[order], kind="stable")
+            rank = np.empty(idx.size, dtype=np.int64)
+            rank[inv] = np.arange(idx.size)
+        return StageQueue(idx, arr, svc, rank, inv, wait_limit, limit)
+
+    def _prepared(self, k: int, t: F64, upstream: tuple[int, ...]) -> StageQueue:
         """``_prepare`` memoised by the upstream allocation: stage k's arrivals depend only on
         the stages before it, so the queue is reused while the search probes this stage (or a
         later one) with the earlier ones fixed."""
@@ -302,26 +376,47 @@ class Simulator:
             return None
         if n_workers <= 0:
             return SimResult(False, "no-workers", wl.stage_names[k])
+        # Worker-free times, ascending (so already a heap): idle workers free since forever, then
+        # the running requests' ends; surplus busy workers retire when free, so when N is below
+        # the number running the N latest finishers remain.
         ends = np.sort(t[run]) if run.size else np.zeros(0)
+        free = np.empty(n_workers)
         if n_workers >= ends.size:
-            free = [-np.inf] * (n_workers - ends.size) + ends.tolist()
-        else:  # surplus busy workers retire when free: the N latest finishers remain
-            free = ends[ends.size - n_workers :].tolist()
-        heapq.heapify(free)
-        idx, svc, arr_l, svc_l, (rank_l, inv_l), no_wait, limit, arrays = self._prepared(k, t, upstream)
-        flow = FreeFlow(*arrays) if self.free_flow else None
-        if rank_l is not None:
-            out = serve_priority(arr_l, svc_l, rank_l, free, no_wait, limit, flow, inv_l)
+            free[: n_workers - ends.size] = -np.inf
+            free[n_workers - ends.size :] = ends
         else:
-            out = serve_fcfs(arr_l, svc_l, free, no_wait, limit, flow)
-        if out is None:
+            free[:] = ends[ends.size - n_workers :]
+        sq = self._prepared(k, t, upstream)
+        start = self._serve(sq, free)
+        if start is None:
             return SimResult(False, "infeasible", wl.stage_names[k])
-        start = np.asarray(out)
-        t[idx] = start + svc
+        idx = sq.idx
+        t[idx] = start + sq.svc
         if self.record is not None:
             b0, e0 = self.record[k]
             self.record[k] = (np.concatenate([b0, start]), np.concatenate([e0, t[idx]]))
         return None
+
+    def _serve(self, sq: StageQueue, free: F64) -> F64 | None:
+        """Start times of ``sq``'s requests with workers free at ``free`` (ascending; used up),
+        None on an early failure: the C loops when built, else the Python ones."""
+        if self.native is not None:
+            start = np.empty(sq.idx.size)
+            if sq.rank is not None:
+                ok = self.native.priority(
+                    sq.arr, sq.svc, sq.rank, sq.inv, free, sq.wait_limit, sq.limit, start
+                )
+            else:
+                ok = self.native.fcfs(sq.arr, sq.svc, free, sq.wait_limit, sq.limit, start)
+            return start if ok else None
+        arr, svc, rank, inv, wait_limit, limit = sq.lists()
+        heap = free.tolist()  # ascending: a heap already
+        flow = FreeFlow(sq.arr, sq.arr + sq.svc, sq.limit) if self.free_flow else None
+        if rank is not None:
+            out = serve_priority(arr, svc, rank, heap, wait_limit, limit, flow, inv)
+        else:
+            out = serve_fcfs(arr, svc, heap, wait_limit, limit, flow)
+        return None if out is None else np.asarray(out)
 
     def _through(self, reps: tuple[int, ...], end: int) -> tuple[F64, SimResult | None]:
         """Ready times after stages [0, end) served by ``reps``, and the first failure if any.
@@ -374,10 +469,9 @@ class Simulator:
         t, failed = self._through(reps, k)
         if failed is not None:
             return 0
-        idx, svc, arr_l, _, _, wait_limit, _, _ = self._prepared(k, t, reps[:k])
-        arr = np.asarray(arr_l)  # ascending
-        limit = np.asarray(wait_limit)
-        ends = arr + svc
+        sq = self._prepared(k, t, reps[:k])
+        idx, arr, limit = sq.idx, sq.arr, sq.wait_limit  # arr ascending
+        ends = arr + sq.svc
         run = self._run[k]
         run_ends = np.sort(t[run] + self.wl.service[run, k])
         best = 0
@@ -387,18 +481,32 @@ class Simulator:
             earlier = np.searchsorted(arr, a, side="left") - np.searchsorted(np.sort(ends), a, side="right")
             running = run_ends.size - np.searchsorted(run_ends, a, side="right")
             best = int((earlier + running).max()) + 1
-        bounded = np.isfinite(limit) & (limit > arr)
-        if bounded.any():
-            prio = self._prio[idx]  # EBF: T_b (ties by arrival); FCFS: all 0
-            for level in np.unique(prio[bounded]):
-                ahead = prio <= level
-                mine = np.flatnonzero(bounded & (prio == level))
-                w = limit[mine]
-                upto = np.cumsum(ahead)[mine]  # ranked ahead (or itself), arrived no later
-                done = np.searchsorted(np.sort(ends[ahead]), w, side="right")
-                busy = (
-                    upto - done - (ends[mine] > w) + (run_ends.size - np.searchsorted(run_ends, w, "right"))
-                )
+        bounded = np.flatnonzero(np.isfinite(limit) & (limit > arr))
+        if bounded.size:
+            # EBF: T_b (ties by arrival); FCFS: all 0. As dense levels, so that "ranked ahead"
+            # is level <= L; the ends once sorted, so that "finished by w" is a prefix of them.
+            _, level = np.unique(self._prio[idx], return_inverse=True)
+            by_end = np.argsort(ends)  # any order of equal ends: only prefixes up to w are counted
+            level_by_end = level[by_end]
+            w_all = limit[bounded]
+            cut = np.searchsorted(ends[by_end], w_all, side="right")
+            running = run_ends.size - np.searchsorted(run_ends, w_all, "right")
+            late = ends[bounded] > w_all
+            mine_level = level[bounded]
+            if self.native is not None:  # the same counts in one sweep each (_serve.c)
+                upto = np.empty(bounded.size, dtype=np.int64)
+                finished = np.empty(bounded.size, dtype=np.int64)
+                levels = int(level.max()) + 1
+                self.native.prefix_counts(level, levels, bounded + 1, mine_level, upto)
+                self.native.prefix_counts(level_by_end, levels, cut, mine_level, finished)
+                return max(best, int((upto - finished - late + running).max()) + 1)
+            for lv in np.unique(mine_level):
+                sel = mine_level == lv
+                # ranked ahead (or itself) and arrived no later; ranked ahead among the i earliest ends
+                upto = np.cumsum(level <= lv, dtype=np.int32)[bounded[sel]]
+                done = np.cumsum(level_by_end <= lv, dtype=np.int32)
+                finished = np.where(cut[sel] > 0, done[cut[sel] - 1], 0)
+                busy = upto - finished - late[sel] + running[sel]
                 best = max(best, int(busy.max()) + 1)
         return best
 

@@ -141,6 +141,7 @@ def test_bulk_free_runs_give_the_loops_own_answer(case, n0, n1, policy, aware, a
     answers = []
     for bulk in (False, True):
         sim = Simulator(wl, dl, policy, aware, "enqueue", None, allowance)
+        sim.native = None  # the Python loops, with and without the bulk path
         sim.free_flow = bulk
         r = sim.run([n0, n1])
         answers.append((r.satisfied, r.reason, r.stage, r.completion.tolist()))
