@@ -4,9 +4,10 @@ Used by SIMULATE's Python serve loops, the fallback where the C ones (``_serve.c
 ``serve_native.py``) are not built; the C loops are faster than this bulk path and need none.
 
 SIMULATE's serve loops (``simulate.py``) pop a worker-free time from a heap per request. Near
-the allocation Alg. 1 settles on, almost every request finds a worker free when it arrives
-(measured: > 99.7 % of 52-66k requests per stage in a passing probe), so most of the loop is
-spent confirming that nobody waits. This module finds such a run in one pass over an array.
+the allocation Alg. 1 settles on, many requests find a worker free when they arrive (> 99.7 %
+of 52-66k requests per stage in a passing probe under Sec. 5.1's rule as written; 27-50 % under
+the per-request rule, which settles on fewer workers), and the loop spends that part confirming
+that nobody waits. This module finds such a run in one pass over an array.
 
 With requests sorted by arrival a_0 ≤ a_1 ≤ ..., a heap F of N worker-free times and every
 request of the run starting at its arrival, request i of the run finds a worker free unless
