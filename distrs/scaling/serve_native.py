@@ -15,7 +15,7 @@ extension directly on its arrays, and also its ``prefix_counts`` (the counts beh
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Final
 
@@ -54,6 +54,29 @@ def _put_back(free: Sequence[float] | F64, heap: F64) -> None:
         free[...] = heap
 
 
+def _f64(x: Sequence[float] | F64) -> F64:
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def _call(
+    loop: Callable[..., bool],
+    arr: Sequence[float] | F64,
+    svc: Sequence[float] | F64,
+    ranks: tuple[np.ndarray, ...],
+    free: Sequence[float] | F64,
+    wait_limit: Sequence[float] | F64,
+    limit: Sequence[float] | F64,
+) -> list[float] | None:
+    """Run one of the extension's loops as the Python loops run: ``free`` updated in place,
+    the start times returned (None on an early failure)."""
+    a = _f64(arr)
+    start = np.empty_like(a)
+    heap = _heap(free)
+    ok = loop(a, _f64(svc), *ranks, heap, _f64(wait_limit), _f64(limit), start)
+    _put_back(free, heap)
+    return start.tolist() if ok else None
+
+
 def serve_fcfs(
     kernel: ModuleType,
     arr: Sequence[float] | F64,
@@ -63,19 +86,7 @@ def serve_fcfs(
     limit: Sequence[float] | F64,
 ) -> list[float] | None:
     """``simulate.serve_fcfs`` (without the bulk path, same answer) run by ``kernel``."""
-    a = np.ascontiguousarray(arr, dtype=np.float64)
-    start = np.empty_like(a)
-    heap = _heap(free)
-    ok = kernel.fcfs(
-        a,
-        np.ascontiguousarray(svc, dtype=np.float64),
-        heap,
-        np.ascontiguousarray(wait_limit, dtype=np.float64),
-        np.ascontiguousarray(limit, dtype=np.float64),
-        start,
-    )
-    _put_back(free, heap)
-    return start.tolist() if ok else None
+    return _call(kernel.fcfs, arr, svc, (), free, wait_limit, limit)
 
 
 def serve_priority(
@@ -89,24 +100,10 @@ def serve_priority(
     inv: Sequence[int] | np.ndarray | None = None,
 ) -> list[float] | None:
     """``simulate.serve_priority`` (without the bulk path, same answer) run by ``kernel``."""
-    a = np.ascontiguousarray(arr, dtype=np.float64)
     r = np.ascontiguousarray(rank, dtype=np.int64)
     if inv is None:
         inv_a = np.empty_like(r)
         inv_a[r] = np.arange(r.size)
     else:
         inv_a = np.ascontiguousarray(inv, dtype=np.int64)
-    start = np.empty_like(a)
-    heap = _heap(free)
-    ok = kernel.priority(
-        a,
-        np.ascontiguousarray(svc, dtype=np.float64),
-        r,
-        inv_a,
-        heap,
-        np.ascontiguousarray(wait_limit, dtype=np.float64),
-        np.ascontiguousarray(limit, dtype=np.float64),
-        start,
-    )
-    _put_back(free, heap)
-    return start.tolist() if ok else None
+    return _call(kernel.priority, arr, svc, (r, inv_a), free, wait_limit, limit)
