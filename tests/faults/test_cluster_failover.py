@@ -50,9 +50,9 @@ async def wait_until(cond: object, cap_s: float = 60.0) -> None:
 
 
 async def test_a_primary_killed_under_load_loses_doubles_and_changes_nothing(
-    fresh_redis_cluster: RedisCluster,
+    failover_redis_cluster: RedisCluster,
 ) -> None:
-    cluster = fresh_redis_cluster
+    cluster = failover_redis_cluster
     settings = ProxySettings(
         tokens=f"tr:trainer:{TENANT}",
         redis_url=cluster.url,

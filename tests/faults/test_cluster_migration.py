@@ -372,9 +372,9 @@ async def test_redis_cli_reshard_under_load_loses_doubles_and_changes_nothing(
 
 
 async def test_primary_cut_off_from_its_replica_then_killed_loses_nothing(
-    fresh_redis_cluster: RedisCluster,
+    failover_redis_cluster: RedisCluster,
 ) -> None:
-    cluster = fresh_redis_cluster
+    cluster = failover_redis_cluster
     tasks = tasks_per_primary(cluster)
     victim = next(iter(tasks))
     info = command(victim, "INFO", "replication")
