@@ -41,7 +41,7 @@ import numpy as np
 from distrs.core.priority import QueuePolicy
 from distrs.core.stages import StageSpec
 from distrs.scaling.simulate import Simulator
-from distrs.scaling.workload import F64, Workload
+from distrs.scaling.workload import F64, Workload, peak_overlap
 
 
 @dataclass
@@ -88,20 +88,9 @@ def useful_concurrency(wl: Workload) -> list[int]:
             continue
         begin = t[vis]
         end = begin + wl.service[vis, k]
-        out.append(most_open(begin, end))
+        out.append(peak_overlap(begin, end))
         t[vis] = end
     return out
-
-
-def most_open(begin: F64, end: F64) -> int:
-    """``workload.peak_overlap`` (the most of the intervals [begin, end) open at once, ends
-    first at equal times) by two sorts instead of one of twice the events with two keys: the
-    count peaks as the i-th opening (in time order) opens, at i + 1 minus the ends up to then."""
-    if begin.size == 0:
-        return 0
-    b = np.sort(begin)
-    closed = np.searchsorted(np.sort(end), b, side="right")
-    return int((np.arange(1, b.size + 1) - closed).max())
 
 
 def work_lower_bounds(wl: Workload, deadlines_: F64) -> list[int]:

@@ -86,6 +86,13 @@ def stable_argsort(x: F64) -> I64:
     return order
 
 
+def free_run(flow: FreeFlow, i: int, free: list[float], start: list[float]) -> int:
+    """The serve loops' bulk step: requests i, i+1, ... that wait for nothing started at once
+    (``FreeFlow.run``); the next request to serve one by one, or −1 when the run fails a limit."""
+    p = flow.run(i, free, start)
+    return -1 if p < 0 else i + p
+
+
 def serve_fcfs(
     arr: list[float],
     svc: list[float],
@@ -107,10 +114,9 @@ def serve_fcfs(
     i = 0
     while i < n:
         if flow is not None and i >= flow.next_try:
-            p = flow.run(i, free, start)
-            if p < 0:
+            i = free_run(flow, i, free, start)
+            if i < 0:
                 return None
-            i += p
             if i >= n:
                 break
         a = arr[i]
@@ -161,10 +167,9 @@ def serve_priority(
         # Nobody waiting (every arrived request has started): requests start as they arrive
         # while a worker is free.
         if flow is not None and i >= flow.next_try:
-            p = flow.run(i, free, start)
-            if p < 0:
+            i = free_run(flow, i, free, start)
+            if i < 0:
                 return None
-            i += p
             if i >= n:
                 break
         a = arr[i]

@@ -61,13 +61,15 @@ class Workload:
 
 
 def peak_overlap(begin: F64, end: F64) -> int:
-    """The most intervals [begin_i, end_i) open at once (a sweep; at equal times, ends first)."""
+    """The most intervals [begin_i, end_i) open at once (at equal times, ends first).
+
+    Two sorts instead of a sweep over twice the events with two keys: the count peaks as the
+    i-th opening (in time order) opens, at i + 1 minus the ends up to then."""
     if begin.size == 0:
         return 0
-    times = np.concatenate([begin, end])
-    delta = np.concatenate([np.ones(begin.size), -np.ones(end.size)])
-    order = np.lexsort((delta, times))
-    return int(np.cumsum(delta[order]).max())
+    b = np.sort(begin)
+    closed = np.searchsorted(np.sort(end), b, side="right")
+    return int((np.arange(1, b.size + 1) - closed).max())
 
 
 def empty(stage_names: Sequence[str], now: float = 0.0) -> Workload:
