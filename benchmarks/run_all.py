@@ -22,6 +22,7 @@ ORDER = [
     "placement",
     "recovery",
     "compile",
+    "cuda_timing",
     "sessions",
 ]
 

@@ -4,12 +4,15 @@ The compile stage runs ``nvcc`` in the sandbox and ships the binary as the ``bin
 (base64; binaries over ``MAX_BINARY_BYTES`` are a compile error, so artifacts stay under the
 16 MiB lease limit). The execute stage runs it once per test case with the GPU device nodes
 bound into the jail and ``CUDA_VISIBLE_DEVICES`` passed through (the worker owns exactly one
-GPU), judges outputs like ``cpp`` and records each case's wall time.
+GPU), judges outputs like ``cpp`` and records each case's wall time. Where the score depends on
+speed, each passed case then runs ``timed_runs`` more times, each in a fresh session and judged,
+and is charged its fastest (``judge/timing.py``): one run's time carries its process's noise.
 
 Score (documented in docs/sandbox.md)::
 
     correctness = fraction of cases passed (or 0/1 with scoring="all")
-    speedup     = reference_time_s / median wall time of the passed cases
+    speedup     = reference_time_s / median over the passed cases of each case's time
+                  (its fastest timed run; its one run with timed_runs=0)
     score       = correctness * (1/2 + 1/2 * min(speedup / speedup_cap, 1))   if reference_time_s
     score       = correctness                                                 otherwise
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import glob
 import os
 import statistics
+import time
 
 from distrs.core.model import Status
 from distrs.core.reward_type import RewardType
@@ -39,7 +43,8 @@ from distrs.rewards.judge.handler import BINARY, JudgedHandler, binary_artifact
 from distrs.rewards.judge.limits import case_limits
 from distrs.rewards.judge.payload import JudgedPayload
 from distrs.rewards.judge.settings import JudgeSettings
-from distrs.sandbox import Limits, MemoryKind, Mounts, Sandbox
+from distrs.rewards.judge.timing import time_cases
+from distrs.sandbox import Limits, MemoryKind, Mounts, Sandbox, Session
 from distrs.sandbox.jail import JAIL_WORKDIR
 
 
@@ -51,7 +56,8 @@ def cuda_score(correctness: float, speedup: float | None, cap: float) -> float:
 
 
 def speed_of(v: Verdict, p: JudgedPayload) -> tuple[float | None, float | None]:
-    """(median wall time of the passed cases, speedup over the reference) where known."""
+    """(median time of the passed cases, speedup over the reference) where known; a case's time is
+    its fastest timed run (``judge/timing.py``)."""
     times = [c.time_s for c in v.cases if c.status is Status.OK]
     if not times:
         return None, None
@@ -151,6 +157,12 @@ class ExecuteHandler(JudgedHandler):
             return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=why)
         return super().run(inp)
 
+    def timed_runs(self, p: JudgedPayload) -> int:
+        """The payload's ``timed_runs``; else the setting where the score depends on speed, else 0."""
+        if p.timed_runs is not None:
+            return p.timed_runs
+        return self._settings.timed_runs if p.reference_time_s is not None else 0
+
     def judge(self, inp: StageInput, p: JudgedPayload) -> StageOutput:
         binary = binary_artifact(inp)
         if isinstance(binary, StageOutput):
@@ -161,11 +173,19 @@ class ExecuteHandler(JudgedHandler):
         env = {}
         if "CUDA_VISIBLE_DEVICES" in os.environ:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
-        with sandbox.session() as s:
+        deadline = time.monotonic() + stage_budget(inp)
+        mounts = gpu_mounts(self._dev)
+
+        def prepare(s: Session) -> None:
             s.write_file(BINARY, binary, executable=True)
-            v = run_tests(
-                s, ["./" + BINARY], p, limits, stage_budget(inp), env=env, mounts=gpu_mounts(self._dev)
-            )
+
+        with sandbox.session() as s:
+            prepare(s)
+            v = run_tests(s, ["./" + BINARY], p, limits, deadline - time.monotonic(), env=env, mounts=mounts)
+        runs = self.timed_runs(p)
+        v = time_cases(
+            sandbox.session, prepare, ["./" + BINARY], p, v, limits, runs, deadline, env=env, mounts=mounts
+        )
         correctness = score_of(v, p)
         t, speedup = speed_of(v, p)
         return StageOutput.final(
@@ -177,6 +197,7 @@ class ExecuteHandler(JudgedHandler):
             run_time_s=t,
             reference_time_s=p.reference_time_s,
             speedup=speedup,
+            timed_runs=runs,
             tests=case_details(v),
             flags=timing_flags(),
             isolation=sandbox.isolation,

@@ -105,9 +105,14 @@ def run_tests(
         cases.append(res)
         if res.status is not Status.OK and p.scoring == "all":
             break
+    return verdict_of(cases, len(p.tests), first_run)
+
+
+def verdict_of(cases: list[CaseResult], total: int, first_run: RunResult | None = None) -> Verdict:
+    """The request's verdict from its case results: ``ok``, or the status of the first failure."""
     passed = sum(c.status is Status.OK for c in cases)
     first_bad = next((c.status for c in cases if c.status is not Status.OK), None)
-    return Verdict(first_bad or Status.OK, passed, len(p.tests), cases, first_run)
+    return Verdict(first_bad or Status.OK, passed, total, cases, first_run)
 
 
 def score_of(v: Verdict, p: JudgedPayload) -> float:

@@ -6,7 +6,9 @@ Fields (DESIGN.md "Command line"): ``code``, ``tests`` (or ``asserts``), ``compa
 ``files`` (relative file path -> base64 content, written into the work dir with its
 directories), ``fetch_files`` (paths read back after the run into ``detail.files``, base64;
 relative to the work dir, or absolute as the program sees them), ``fn_name`` (call-based tests),
-``compile_time_limit_s`` and ``mode: "raw"`` to also get the first case's run in ``detail.run``.
+``compile_time_limit_s``, ``timed_runs`` (``cuda``: timed re-runs per passed case, 0 to
+``MAX_TIMED_RUNS``; ``judge/timing.py``) and ``mode: "raw"`` to also get the first case's run in
+``detail.run``.
 Every refusal is an :class:`~distrs.rewards.base.InvalidPayload` naming the first bad field.
 """
 
@@ -48,6 +50,7 @@ class JudgedPayload:
     compile_time_limit_s: float | None = None  # lowers the compile limit (SandboxFusion compile_timeout)
     fn_name: str | None = None  # call-based tests (python): stdin = JSON args, stdout = JSON result
     asserts: bool = False  # assert tests: each case's stdin is test code run after the solution
+    timed_runs: int | None = None  # cuda: timed re-runs per passed case (None: the type's default)
 
 
 def _num(payload: dict[str, Any], name: str, *, positive: bool = True) -> float | None:
@@ -64,6 +67,7 @@ def _num(payload: dict[str, Any], name: str, *, positive: bool = True) -> float 
 
 
 MAX_FILES = 64
+MAX_TIMED_RUNS = 10
 MAX_FILES_BYTES = 8 * MiB
 FETCH_FILE_BYTES = 1 * MiB
 MAX_PATH_CHARS = 1024
@@ -145,6 +149,15 @@ def _fetch_files(payload: dict[str, Any]) -> tuple[str, ...]:
     return tuple(check_file_path(n, "fetch_files", absolute=True) for n in raw)
 
 
+def _timed_runs(payload: dict[str, Any]) -> int | None:
+    v = payload.get("timed_runs")
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TIMED_RUNS:
+        raise InvalidPayload("timed_runs", f"must be an integer from 0 to {MAX_TIMED_RUNS}, got {v!r}")
+    return v
+
+
 def parse_payload(payload: Any, settings: JudgeSettings, *, need_tests: bool = True) -> JudgedPayload:
     """Validate a judged payload; InvalidPayload names the first bad field."""
     if not isinstance(payload, dict):
@@ -216,4 +229,5 @@ def parse_payload(payload: Any, settings: JudgeSettings, *, need_tests: bool = T
         compile_time_limit_s=_num(payload, "compile_time_limit_s"),
         fn_name=fn_name,
         asserts=raw_asserts is not None,
+        timed_runs=_timed_runs(payload),
     )

@@ -83,6 +83,14 @@ class JudgeSettings(BaseSettings):
         "run_timeout) is honoured up to; a larger request is cut to it and the result says so. "
         "The stage's timeout_s (pipelines) bounds it too.",
     )
+    timed_runs: int = Field(
+        default=3,
+        ge=0,
+        le=10,
+        description="cuda with reference_time_s: timed re-runs of each passed case, each in a fresh "
+        "session and judged; the case is charged its fastest (distrs/rewards/judge/timing.py). A "
+        "payload's timed_runs overrides it; 0 charges the one judged run.",
+    )
     memory_mb: int = Field(default=1024, gt=0, description="Default memory limit per test case.")
     max_memory_mb: int = Field(
         default=4096, gt=0, description="Largest memory limit a payload's memory_limit_mb may ask for."
