@@ -8,6 +8,8 @@ each passed case runs ``timed_runs`` more times in fresh sessions and is charged
 * **estimators** - N requests, each one judged run then three more, every run in a fresh
   session of the real jail: the CV over requests of the judged run alone (the old charge), of the
   median of the three timed runs, and of their minimum (the charge now);
+* **no jail** - the same binary as a plain subprocess, the floor of what any harness can
+  measure on this machine (the jail's start is in every jailed run's wall time);
 * **handler** - the execute stage end to end (``cuda.ExecuteHandler``) with ``timed_runs=0``
   against the default 3, requests interleaved: runtime CV and the stage's wall time per request
   (what the re-runs cost).
@@ -125,6 +127,22 @@ def estimators(
     }
 
 
+def unjailed(binary_path: Path, stdin: str, requests: int) -> dict[str, Any]:
+    """The floor: the same binary as a plain subprocess, no jail, four runs per request."""
+    rows = []
+    for _ in range(requests):
+        walls = []
+        for _ in range(4):
+            t0 = time.monotonic()
+            subprocess.run([str(binary_path)], input=stdin.encode(), capture_output=True, check=True)
+            walls.append(time.monotonic() - t0)
+        rows.append(walls)
+    return {
+        "no jail, one run": spread([w[0] for w in rows]),
+        "no jail, fastest of 3 after one": spread([min(w[1:]) for w in rows]),
+    }
+
+
 def handler_runs(
     sb: Sandbox, binary: bytes, stdin: str, expected: str, requests: int, dev: str
 ) -> dict[str, Any]:
@@ -219,7 +237,10 @@ def main() -> int:
         env = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}
         for label, (stdin, expected) in sizes.items():
             print(f"estimators: {label}", flush=True)
-            res["estimators"][label] = estimators(sb, binary, stdin, args.requests, mounts, env)
+            res["estimators"][label] = {
+                **estimators(sb, binary, stdin, args.requests, mounts, env),
+                **unjailed(work / "p", stdin, args.requests),
+            }
             print(f"handler: {label}", flush=True)
             res["handler"][label] = handler_runs(sb, binary, stdin, expected, args.requests, dev)
     args.out.mkdir(parents=True, exist_ok=True)
