@@ -1,18 +1,21 @@
-"""Timing noise of the ``cuda`` type's execute stage: one judged run against timed re-runs.
+"""Timing noise of the ``cuda`` type's execute stage: which clock, and how many runs.
 
 The ``cuda`` type charges a program the wall time of its jailed process. Over ten requests of one
 honest program on an H200, one run per case gave a runtime CV of 0.17 (target 0.02). Since then
 each passed case runs ``timed_runs`` more times in fresh sessions and is charged its fastest
-(``distrs/rewards/judge/timing.py``). This measures, side by side in one run on this machine:
+(``distrs/rewards/judge/timing.py``), and each run is timed from inside its jail, from the
+program's exec to its exit. This measures, side by side in one run on this machine:
 
 * **estimators** - N requests, each one judged run then three more, every run in a fresh
-  session of the real jail: the CV over requests of the judged run alone (the old charge), of the
-  median of the three timed runs, and of their minimum (the charge now);
+  session of the real jail, timed on the host's clock: the CV over requests of the judged run
+  alone, of the median of the three timed runs, and of their minimum;
 * **no jail** - the same binary as a plain subprocess, the floor of what any harness can
   measure on this machine (the jail's start is in every jailed run's wall time);
-* **handler** - the execute stage end to end (``cuda.ExecuteHandler``) with ``timed_runs=0``
-  against the default 3, requests interleaved: runtime CV and the stage's wall time per request
-  (what the re-runs cost).
+* **handler** - the execute stage end to end (``cuda.ExecuteHandler``), requests interleaved, in
+  four variants: the jail's wall time as the host sees it or the program's own time from the
+  in-jail timer (``distrs/sandbox/exec_timer.py``, ``DISTRS_JUDGE_EXEC_TIMER``), each with one
+  judged run charged (``timed_runs=0``) or the fastest of 3 timed runs (the default): runtime CV
+  and the stage's wall time per request (what the re-runs cost).
 
 Without a GPU (this machine) the program is a host binary that computes for a set time, and an
 empty file stands in for the GPU's device node; the jail, the sessions and the timing are the
@@ -121,9 +124,9 @@ def estimators(
             walls.append(r.wall_s)
         rows.append(walls)
     return {
-        "judged run alone (old charge)": spread([w[0] for w in rows]),
-        "median of 3 timed runs": spread([statistics.median(w[1:]) for w in rows]),
-        "fastest of 3 timed runs (charge now)": spread([min(w[1:]) for w in rows]),
+        "jail's wall, judged run alone": spread([w[0] for w in rows]),
+        "jail's wall, median of 3 timed runs": spread([statistics.median(w[1:]) for w in rows]),
+        "jail's wall, fastest of 3 timed runs": spread([min(w[1:]) for w in rows]),
     }
 
 
@@ -143,20 +146,31 @@ def unjailed(binary_path: Path, stdin: str, requests: int) -> dict[str, Any]:
     }
 
 
+VARIANTS = (  # (label, exec timer, timed runs)
+    ("jail's wall, one run (before)", False, 0),
+    ("jail's wall, fastest of 3 timed runs", False, 3),
+    ("program's own time, one run", True, 0),
+    ("program's own time, fastest of 3 timed runs (default)", True, 3),
+)
+
+
 def handler_runs(
     sb: Sandbox, binary: bytes, stdin: str, expected: str, requests: int, dev: str
 ) -> dict[str, Any]:
-    h = cuda.ExecuteHandler(sb, JudgeSettings(test_time_s=30), dev=dev)
-    ok, why = h.ready()
-    if not ok:
-        raise SystemExit(f"execute stage not ready: {why}")
-    art = {"binary": base64.b64encode(binary).decode()}
-    out: dict[str, dict[str, list[float]]] = {
-        "timed_runs=0": {"run": [], "stage": []},
-        "timed_runs=3": {"run": [], "stage": []},
+    """The execute stage end to end in each variant, requests interleaved."""
+    handlers = {
+        label: cuda.ExecuteHandler(sb, JudgeSettings(test_time_s=30, exec_timer=timer), dev=dev)
+        for label, timer, _ in VARIANTS
     }
+    for h in handlers.values():
+        ok, why = h.ready()
+        if not ok:
+            raise SystemExit(f"execute stage not ready: {why}")
+    art = {"binary": base64.b64encode(binary).decode()}
+    out: dict[str, dict[str, list[float]]] = {label: {"run": [], "stage": []} for label, _, _ in VARIANTS}
+    clocks: dict[str, Any] = {}
     for _ in range(requests):
-        for name, runs in (("timed_runs=0", 0), ("timed_runs=3", 3)):
+        for label, _, runs in VARIANTS:
             payload = {
                 "code": "x",
                 "tests": [{"stdin": stdin, "expected_stdout": expected}],
@@ -164,15 +178,20 @@ def handler_runs(
                 "timed_runs": runs,
             }
             t0 = time.monotonic()
-            res = h.run(StageInput("r", "t", "cuda", "execute", payload, art, timeout_s=120))
+            res = handlers[label].run(StageInput("r", "t", "cuda", "execute", payload, art, timeout_s=120))
             stage = time.monotonic() - t0
             if res.status.value != "ok":
-                raise SystemExit(f"{name}: {res.status.value} {res.detail}")
-            out[name]["run"].append(float(res.detail["run_time_s"]))
-            out[name]["stage"].append(stage)
+                raise SystemExit(f"{label}: {res.status.value} {res.detail}")
+            out[label]["run"].append(float(res.detail["run_time_s"]))
+            out[label]["stage"].append(stage)
+            clocks[label] = res.detail["runs_by_clock"]
     return {
-        name: {"run_time": spread(v["run"]), "stage_wall_mean_s": round(statistics.mean(v["stage"]), 4)}
-        for name, v in out.items()
+        label: {
+            "run_time": spread(v["run"]),
+            "stage_wall_mean_s": round(statistics.mean(v["stage"]), 4),
+            "runs_by_clock_last": clocks[label],
+        }
+        for label, v in out.items()
     }
 
 
@@ -193,7 +212,7 @@ def markdown(res: dict[str, Any]) -> str:
         lines += [
             f"## Execute stage end to end, program of {label}",
             "",
-            "| payload | run_time_s mean | CV | stage wall per request (s) |",
+            "| charge | run_time_s mean | CV | stage wall per request (s) |",
             "|---|---|---|---|",
         ]
         lines += [

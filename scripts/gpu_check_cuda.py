@@ -207,9 +207,9 @@ def timing_noise(ctx: Ctx, n: int = 10) -> dict[str, Any]:
     return noise_figures(
         n,
         len(ok),
-        "cuda type: wall time of the jailed process (start, CUDA context, kernel, exit); one judged "
-        "run then 3 timed runs per case, each in a fresh session, the fastest charged; no L2 flush, "
-        "clocks as the driver sets them",
+        "cuda type: the program's own time from its exec to its exit (CUDA context, kernel, exit), "
+        "taken inside the jail; one judged run then 3 timed runs per case, each in a fresh session, "
+        "the fastest charged; no L2 flush, clocks as the driver sets them",
         {"runtime_s": spread(runtimes), "speedup": spread(speedups)},
     )
 

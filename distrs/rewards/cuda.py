@@ -7,6 +7,8 @@ bound into the jail and ``CUDA_VISIBLE_DEVICES`` passed through (the worker owns
 GPU), judges outputs like ``cpp`` and records each case's wall time. Where the score depends on
 speed, each passed case then runs ``timed_runs`` more times, each in a fresh session and judged,
 and is charged its fastest (``judge/timing.py``): one run's time carries its process's noise.
+Each run is timed from inside its jail, from the program's exec to its exit
+(``sandbox/exec_timer.py``), so the jail's own start and end are not charged.
 
 Score (documented in docs/sandbox.md)::
 
@@ -27,9 +29,13 @@ timing on a MIG slice is per slice, timing on a time-sliced GPU is unfit to rank
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import statistics
+import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from distrs.core.model import Status
 from distrs.core.reward_type import RewardType
@@ -37,6 +43,7 @@ from distrs.rewards import cuda_toolkit
 from distrs.rewards.base import StageInput, StageOutput, stage_budget
 from distrs.rewards.cuda_toolkit import Toolkit
 from distrs.rewards.gpu_env import timing_flags
+from distrs.rewards.interpreter import Interpreter
 from distrs.rewards.judge import handler
 from distrs.rewards.judge.cases import Verdict, case_details, raw_run, run_tests, score_of
 from distrs.rewards.judge.handler import BINARY, JudgedHandler, binary_artifact
@@ -45,7 +52,11 @@ from distrs.rewards.judge.payload import JudgedPayload
 from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.judge.timing import time_cases
 from distrs.sandbox import Limits, MemoryKind, Mounts, Sandbox, Session
+from distrs.sandbox.exec_timer import ExecTimer, TimedSession
 from distrs.sandbox.jail import JAIL_WORKDIR
+from distrs.sandbox.local import BWRAP
+
+log = logging.getLogger(__name__)
 
 
 def cuda_score(correctness: float, speedup: float | None, cap: float) -> float:
@@ -137,6 +148,8 @@ class ExecuteHandler(JudgedHandler):
     ) -> None:
         super().__init__(sandbox, settings)
         self._dev = dev
+        self._python = Interpreter(self._settings.python)
+        self._timer: ExecTimer | None = None
 
     def ready(self) -> tuple[bool, str]:
         gpus = gpu_devices(self._dev)
@@ -157,6 +170,20 @@ class ExecuteHandler(JudgedHandler):
             return StageOutput.final(Status.INTERNAL_ERROR, 0.0, error=why)
         return super().run(inp)
 
+    def exec_timer(self) -> ExecTimer | None:
+        """The in-jail timer (``sandbox/exec_timer.py``), made on first use; None where it is
+        turned off or the interpreter cannot be asked: runs are then timed on the host's clock."""
+        if not self._settings.exec_timer:
+            return None
+        if self._timer is None:
+            try:
+                python, mounts = self._python.get()
+            except (OSError, subprocess.SubprocessError, ValueError) as e:
+                log.warning("cuda: no exec timer, the host's clock times runs: %s", e)
+                return None
+            self._timer = ExecTimer(python, mounts, own_pid_namespace=self.sandbox.isolation == BWRAP)
+        return self._timer
+
     def timed_runs(self, p: JudgedPayload) -> int:
         """The payload's ``timed_runs``; else the setting where the score depends on speed, else 0."""
         if p.timed_runs is not None:
@@ -175,17 +202,29 @@ class ExecuteHandler(JudgedHandler):
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         deadline = time.monotonic() + stage_budget(inp)
         mounts = gpu_mounts(self._dev)
+        timer = self.exec_timer()
+        sessions: list[TimedSession] = []
+
+        @contextmanager
+        def open_session() -> Iterator[Session]:
+            with sandbox.session() as s:
+                sessions.append(TimedSession(s, timer))
+                yield sessions[-1]
 
         def prepare(s: Session) -> None:
             s.write_file(BINARY, binary, executable=True)
 
-        with sandbox.session() as s:
+        with open_session() as s:
             prepare(s)
             v = run_tests(s, ["./" + BINARY], p, limits, deadline - time.monotonic(), env=env, mounts=mounts)
         runs = self.timed_runs(p)
         v = time_cases(
-            sandbox.session, prepare, ["./" + BINARY], p, v, limits, runs, deadline, env=env, mounts=mounts
+            open_session, prepare, ["./" + BINARY], p, v, limits, runs, deadline, env=env, mounts=mounts
         )
+        clock = {
+            "program": sum(t.timed_runs for t in sessions),
+            "jail": sum(t.host_runs for t in sessions),
+        }
         correctness = score_of(v, p)
         t, speedup = speed_of(v, p)
         return StageOutput.final(
@@ -198,6 +237,7 @@ class ExecuteHandler(JudgedHandler):
             reference_time_s=p.reference_time_s,
             speedup=speedup,
             timed_runs=runs,
+            runs_by_clock=clock,
             tests=case_details(v),
             flags=timing_flags(),
             isolation=sandbox.isolation,

@@ -223,8 +223,10 @@ class Session(Protocol):
         stdin: bytes = b"",
         env: Mapping[str, str] | None = None,
         mounts: Mounts | None = None,
+        fds: tuple[int, ...] = (),
     ) -> RunResult:
-        """Run ``argv`` with cwd = the work dir; raises SandboxError only for sandbox failures."""
+        """Run ``argv`` with cwd = the work dir; raises SandboxError only for sandbox failures.
+        ``fds``: open descriptors of the caller the program inherits under the same numbers."""
         ...
 
     def spawn(

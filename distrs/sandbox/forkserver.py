@@ -416,9 +416,10 @@ class ForkServerSession:
         stdin: bytes = b"",
         env: Mapping[str, str] | None = None,
         mounts: Mounts | None = None,
+        fds: tuple[int, ...] = (),
     ) -> RunResult:
-        if list(argv) != self._program or env != self._env or mounts != self._mounts:
-            return self._session.run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts)
+        if list(argv) != self._program or env != self._env or mounts != self._mounts or fds:
+            return self._session.run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
         server = self._server
         if server is not None and (server.dead or not server.fits(limits)):
             server.close()

@@ -91,16 +91,29 @@ class LocalSession:
         stdin: bytes = b"",
         env: Mapping[str, str] | None = None,
         mounts: Mounts | None = None,
+        fds: tuple[int, ...] = (),
     ) -> RunResult:
         sandbox = self._sandbox
         cgroup = sandbox.run_cgroup(self._uid, limits)
         try:
             trampoline = cgroup.trampoline() if cgroup is not None else []
             oom_before = cgroup.oom_kills() if cgroup is not None else 0
-            with sandbox.command(self, argv, limits, env, mounts, trampoline) as (cmd, cwd, popen_env, fds):
+            with sandbox.command(self, argv, limits, env, mounts, trampoline) as (
+                cmd,
+                cwd,
+                popen_env,
+                jail_fds,
+            ):
                 stdin_fd = _memfd(stdin)
                 try:
-                    proc = _start(cmd, cwd, popen_env, stdin=stdin_fd, stderr=subprocess.PIPE, pass_fds=fds)
+                    proc = _start(
+                        cmd,
+                        cwd,
+                        popen_env,
+                        stdin=stdin_fd,
+                        stderr=subprocess.PIPE,
+                        pass_fds=(*jail_fds, *fds),
+                    )
                 finally:
                     os.close(stdin_fd)
 

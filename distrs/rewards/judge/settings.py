@@ -91,6 +91,12 @@ class JudgeSettings(BaseSettings):
         "session and judged; the case is charged its fastest (distrs/rewards/judge/timing.py). A "
         "payload's timed_runs overrides it; 0 charges the one judged run.",
     )
+    exec_timer: bool = Field(
+        default=True,
+        description="cuda: time each run from inside its jail, from the program's exec to its exit "
+        "(distrs/sandbox/exec_timer.py), so the jail's own start is not charged; 0 times the whole "
+        "jail on the host's clock.",
+    )
     memory_mb: int = Field(default=1024, gt=0, description="Default memory limit per test case.")
     max_memory_mb: int = Field(
         default=4096, gt=0, description="Largest memory limit a payload's memory_limit_mb may ask for."

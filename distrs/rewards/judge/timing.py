@@ -1,9 +1,10 @@
 """Timing a judged program by repeated runs: the speed the ``cuda`` type scores, robust to noise.
 
-Why: a ``cuda`` program is timed as a whole jailed process (jail start, CUDA context, kernels,
-exit). One run's wall time carries that process's noise, and the first run of a freshly written
-binary pays cold caches on top: on an H200, one run per case gave a runtime CV of 0.17 over ten
-requests of one honest program (0.04 without the cold first request), against a 2 % target.
+Why: a ``cuda`` program is timed as a whole process (CUDA context, kernels, exit; the jail's own
+start is left out by ``sandbox/exec_timer.py``). One run's time carries that process's noise,
+and the first run of a freshly written binary pays cold caches on top: on an H200, one run per
+case on the host's clock gave a runtime CV of 0.17 over ten requests of one honest program (0.04
+without the cold first request), against a 2 % target.
 
 So after the judged runs (``cases.run_tests``), each passed case runs ``runs`` more times:
 

@@ -1,7 +1,7 @@
 """The cuda type's timed runs in the real jail: each in a fresh session, so a program cannot
 replay a result it cached on an earlier run. A host binary stands in for the CUDA program and
 an empty file for the GPU device node (the execute stage needs one to be ready); the timing
-path is the same as on a GPU."""
+path (the in-jail exec timer, the fresh sessions) is the same as on a GPU."""
 
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ def test_no_timed_run_replays_a_cache_left_by_an_earlier_run(
     assert out.status is Status.OK, out.detail
     case = out.detail["tests"][0]
     assert out.detail["timed_runs"] == 3 and case["timed_runs"] == 3
+    assert out.detail["runs_by_clock"] == {"program": 4, "jail": 0}  # each from inside its jail
     assert case["time_s"] >= 0.4 and out.detail["run_time_s"] >= 0.4 and out.detail["speedup"] <= 0.25
 
 
@@ -77,3 +78,4 @@ def test_timed_runs_zero_charges_the_judged_run(
     out = execute(bwrap_sandbox, tmp_path / "dev", caching_binary, reference_time_s=0.1, timed_runs=0)
     assert out.status is Status.OK and out.detail["timed_runs"] == 0
     assert "timed_runs" not in out.detail["tests"][0] and out.detail["run_time_s"] >= 0.4
+    assert out.detail["runs_by_clock"] == {"program": 1, "jail": 0}
