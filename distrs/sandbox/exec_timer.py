@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from distrs.sandbox.base import Helper, Limits, Mounts, RunResult, SandboxError, Session, merge_mounts
+from distrs.sandbox.base import Limits, Mounts, RunResult, SandboxError, Session, merge_mounts
+from distrs.sandbox.session_wrapper import SessionWrapper
 
 CHILD_SOURCE = Path(__file__).with_name("exec_timer_child.py")
 REPORT_BYTES = 64
@@ -79,48 +79,15 @@ def read_report(fd: int) -> bytes:
     return out
 
 
-class TimedSession:
+class TimedSession(SessionWrapper):
     """A session whose runs are charged the program's own time where the timer reports it (no
     timer: every run on the host's clock, counted)."""
 
     def __init__(self, inner: Session, timer: ExecTimer | None) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._timer = timer
         self.timed_runs = 0
         self.host_runs = 0
-
-    @property
-    def path(self) -> Path:
-        return self._inner.path
-
-    def write_file(self, name: str, data: bytes, *, executable: bool = False) -> Path:
-        return self._inner.write_file(name, data, executable=executable)
-
-    def read_file(self, name: str, max_bytes: int) -> bytes | None:
-        return self._inner.read_file(name, max_bytes)
-
-    def spawn(
-        self,
-        argv: Sequence[str],
-        *,
-        limits: Limits,
-        env: Mapping[str, str] | None = None,
-        mounts: Mounts | None = None,
-    ) -> subprocess.Popen[bytes]:
-        """Helpers are not timed."""
-        return self._inner.spawn(argv, limits=limits, env=env, mounts=mounts)
-
-    def start(
-        self,
-        argv: Sequence[str],
-        *,
-        limits: Limits,
-        env: Mapping[str, str] | None = None,
-        mounts: Mounts | None = None,
-        fds: tuple[int, ...] = (),
-    ) -> Helper:
-        """Helpers are not timed."""
-        return self._inner.start(argv, limits=limits, env=env, mounts=mounts, fds=fds)
 
     def run(
         self,
@@ -151,7 +118,7 @@ class TimedSession:
             why = f"{r.describe()}: {r.stderr[-400:].decode(errors='replace')}"
             return self._without(timer, why, argv, limits, stdin, env, mounts, fds)
         self.host_runs += 1
-        return self._inner.run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
+        return super().run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
 
     def _without(
         self,
@@ -168,7 +135,7 @@ class TimedSession:
         timer.broken = f"the timer did not start the program ({why})"
         log.warning("exec timer: %s; timing on the host's clock from now on", timer.broken)
         self.host_runs += 1
-        return self._inner.run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
+        return super().run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
 
     def _timed(
         self,
@@ -183,7 +150,7 @@ class TimedSession:
         r_fd, w_fd = os.pipe2(os.O_CLOEXEC)
         try:
             try:
-                r = self._inner.run(
+                r = self._session.run(
                     timer.argv(w_fd, argv),
                     limits=limits,
                     stdin=stdin,

@@ -34,10 +34,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import replace
-from pathlib import Path
 from typing import Protocol
 
 from distrs.sandbox.base import Helper, Limits, Mounts, RunResult, SandboxError, Session, Termination
+from distrs.sandbox.session_wrapper import SessionWrapper
 
 MiB = 1 << 20
 PROTOCOL = b"forkserver/1"
@@ -361,7 +361,7 @@ class ForkServer:
         self._helper.kill()
 
 
-class ForkServerSession:
+class ForkServerSession(SessionWrapper):
     """A :class:`Session` whose runs of ``program`` go through a fork server started with
     ``server`` on first use (and again after a run killed it); other runs go to ``session``.
 
@@ -382,7 +382,7 @@ class ForkServerSession:
         mounts: Mounts | None = None,
         start: StartServer | None = None,
     ) -> None:
-        self._session = session
+        super().__init__(session)
         self._start = start or self._start_helper
         self._program = list(program)
         self._server_argv = list(server)
@@ -398,16 +398,6 @@ class ForkServerSession:
         )
         return HelperJail(helper)
 
-    @property
-    def path(self) -> Path:
-        return self._session.path
-
-    def write_file(self, name: str, data: bytes, *, executable: bool = False) -> Path:
-        return self._session.write_file(name, data, executable=executable)
-
-    def read_file(self, name: str, max_bytes: int) -> bytes | None:
-        return self._session.read_file(name, max_bytes)
-
     def run(
         self,
         argv: Sequence[str],
@@ -419,7 +409,7 @@ class ForkServerSession:
         fds: tuple[int, ...] = (),
     ) -> RunResult:
         if list(argv) != self._program or env != self._env or mounts != self._mounts or fds:
-            return self._session.run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
+            return super().run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
         server = self._server
         if server is not None and (server.dead or not server.fits(limits)):
             server.close()
@@ -428,27 +418,6 @@ class ForkServerSession:
             server = self._server = ForkServer(self._start, limits, isolation=self._isolation)
             self.servers_started += 1
         return server.run(limits, stdin)
-
-    def spawn(
-        self,
-        argv: Sequence[str],
-        *,
-        limits: Limits,
-        env: Mapping[str, str] | None = None,
-        mounts: Mounts | None = None,
-    ) -> subprocess.Popen[bytes]:
-        return self._session.spawn(argv, limits=limits, env=env, mounts=mounts)
-
-    def start(
-        self,
-        argv: Sequence[str],
-        *,
-        limits: Limits,
-        env: Mapping[str, str] | None = None,
-        mounts: Mounts | None = None,
-        fds: tuple[int, ...] = (),
-    ) -> Helper:
-        return self._session.start(argv, limits=limits, env=env, mounts=mounts, fds=fds)
 
     def close(self) -> None:
         """End the server and its jail, if one runs."""
