@@ -100,53 +100,10 @@ class TimedSession(SessionWrapper):
         fds: tuple[int, ...] = (),
     ) -> RunResult:
         timer = self._timer
-        if timer is not None and timer.broken is None:
-            try:
-                r, report = self._timed(timer, argv, limits, stdin, env, mounts, fds)
-            except SandboxError as e:  # the timer's interpreter could not be started in the jail
-                return self._without(timer, str(e), argv, limits, stdin, env, mounts, fds)
-            if r.timed_out:
-                self.host_runs += 1
-                return r
-            if report:
-                t = program_time(report, r.wall_s)
-                if t is not None:
-                    self.timed_runs += 1
-                    return replace(r, wall_s=t)
-                self.host_runs += 1
-                return r  # untimed, or the program stopped the timer: the host's clock
-            why = f"{r.describe()}: {r.stderr[-400:].decode(errors='replace')}"
-            return self._without(timer, why, argv, limits, stdin, env, mounts, fds)
-        self.host_runs += 1
-        return super().run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
-
-    def _without(
-        self,
-        timer: ExecTimer,
-        why: str,
-        argv: Sequence[str],
-        limits: Limits,
-        stdin: bytes,
-        env: Mapping[str, str] | None,
-        mounts: Mounts | None,
-        fds: tuple[int, ...],
-    ) -> RunResult:
-        """The timer did not start the program: the run again without it, and every later one."""
-        timer.broken = f"the timer did not start the program ({why})"
-        log.warning("exec timer: %s; timing on the host's clock from now on", timer.broken)
-        self.host_runs += 1
-        return super().run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
-
-    def _timed(
-        self,
-        timer: ExecTimer,
-        argv: Sequence[str],
-        limits: Limits,
-        stdin: bytes,
-        env: Mapping[str, str] | None,
-        mounts: Mounts | None,
-        fds: tuple[int, ...],
-    ) -> tuple[RunResult, bytes]:
+        if timer is None or timer.broken is not None:
+            self.host_runs += 1
+            return super().run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
+        r: RunResult | None = None
         r_fd, w_fd = os.pipe2(os.O_CLOEXEC)
         try:
             try:
@@ -158,8 +115,22 @@ class TimedSession(SessionWrapper):
                     mounts=merge_mounts(mounts, timer.mounts),
                     fds=(*fds, w_fd),
                 )
+            except SandboxError as e:  # the timer's interpreter could not be started in the jail
+                why = str(e)
             finally:
                 os.close(w_fd)
-            return r, read_report(r_fd)
+            report = read_report(r_fd)
         finally:
             os.close(r_fd)
+        if r is not None and (r.timed_out or report):
+            t = None if r.timed_out else program_time(report, r.wall_s)
+            if t is None:  # timed out, run untimed, or the program stopped the timer
+                self.host_runs += 1
+                return r
+            self.timed_runs += 1
+            return replace(r, wall_s=t)
+        if r is not None:
+            why = f"{r.describe()}: {r.stderr[-400:].decode(errors='replace')}"
+        timer.broken = f"the timer did not start the program ({why})"
+        log.warning("exec timer: %s; timing on the host's clock from now on", timer.broken)
+        return self.run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
