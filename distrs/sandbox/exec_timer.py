@@ -12,7 +12,7 @@ whole report comes back (the timer could not make itself safe, or the program ki
 the report is not a time within the host's own wall time, the host's wall time stands: a
 program can make its charge larger by attacking the timer, never smaller. A timer that wrote
 nothing never started the program (the service's fault, not the program's): the run is made
-again without it, and so are the later ones (``ExecTimer.broken``). ``timed_runs`` and
+again without it, and so are the later ones for a while (``ExecTimer.broken``). ``timed_runs`` and
 ``host_runs`` count which clock each run was charged by.
 """
 
@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from distrs.sandbox.session_wrapper import SessionWrapper
 
 CHILD_SOURCE = Path(__file__).with_name("exec_timer_child.py")
 REPORT_BYTES = 64
+RETRY_AFTER_S = 600.0
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +38,38 @@ log = logging.getLogger(__name__)
 class ExecTimer:
     """The interpreter that runs the timer in a jail, and the host paths it needs there.
 
-    ``broken`` says why the timer is not used any more: once it failed to start a program (it
+    ``broken`` says why the timer is not used for now: once it failed to start a program (it
     wrote nothing: the interpreter missing in the jail, or unable to start under the run's
-    limits), runs go on without it, on the host's clock."""
+    limits), runs go on without it, on the host's clock, for ``RETRY_AFTER_S``; then it is tried
+    again. So a request whose limits starve the timer degrades the worker's timing for a while,
+    not for good, and a worker whose jail lacks the interpreter pays one extra run per period."""
 
-    def __init__(self, python: str, mounts: Mounts, *, own_pid_namespace: bool) -> None:
+    def __init__(
+        self,
+        python: str,
+        mounts: Mounts,
+        *,
+        own_pid_namespace: bool,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.python = python
         self.mounts = mounts
         self.own_pid_namespace = own_pid_namespace  # the bwrap jail: the timer may kill(-1)
         self.broken: str | None = None
+        self._broken_at = 0.0
+        self._clock = clock
         self._source = CHILD_SOURCE.read_text()
+
+    def usable(self) -> bool:
+        """False while the timer is taken out after a failure (``broken``)."""
+        if self.broken is not None and self._clock() - self._broken_at >= RETRY_AFTER_S:
+            self.broken = None
+        return self.broken is None
+
+    def fail(self, why: str) -> None:
+        self.broken = f"the timer did not start the program ({why})"
+        self._broken_at = self._clock()
+        log.warning("exec timer: %s; the host's clock times runs for %.0f s", self.broken, RETRY_AFTER_S)
 
     def argv(self, fd: int, program: Sequence[str]) -> list[str]:
         ns = "1" if self.own_pid_namespace else "0"
@@ -100,7 +124,7 @@ class TimedSession(SessionWrapper):
         fds: tuple[int, ...] = (),
     ) -> RunResult:
         timer = self._timer
-        if timer is None or timer.broken is not None:
+        if timer is None or not timer.usable():
             self.host_runs += 1
             return super().run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
         r: RunResult | None = None
@@ -131,6 +155,5 @@ class TimedSession(SessionWrapper):
             return replace(r, wall_s=t)
         if r is not None:
             why = f"{r.describe()}: {r.stderr[-400:].decode(errors='replace')}"
-        timer.broken = f"the timer did not start the program ({why})"
-        log.warning("exec timer: %s; timing on the host's clock from now on", timer.broken)
+        timer.fail(why)
         return self.run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)
