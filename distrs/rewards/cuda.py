@@ -52,7 +52,7 @@ from distrs.rewards.judge.payload import JudgedPayload
 from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.judge.timing import time_cases
 from distrs.sandbox import Limits, MemoryKind, Mounts, Sandbox, Session
-from distrs.sandbox.exec_timer import ExecTimer, TimedSession
+from distrs.sandbox.exec_timer import RETRY_AFTER_S, ExecTimer, TimedSession
 from distrs.sandbox.jail import JAIL_WORKDIR
 from distrs.sandbox.local import BWRAP
 
@@ -150,6 +150,7 @@ class ExecuteHandler(JudgedHandler):
         self._dev = dev
         self._python = Interpreter(self._settings.python)
         self._timer: ExecTimer | None = None
+        self._no_timer_until = 0.0  # the interpreter could not be asked: not again per request
 
     def ready(self) -> tuple[bool, str]:
         gpus = gpu_devices(self._dev)
@@ -176,10 +177,15 @@ class ExecuteHandler(JudgedHandler):
         if not self._settings.exec_timer:
             return None
         if self._timer is None:
+            if time.monotonic() < self._no_timer_until:
+                return None
             try:
                 python, mounts = self._python.get()
             except (OSError, subprocess.SubprocessError, ValueError) as e:
-                log.warning("cuda: no exec timer, the host's clock times runs: %s", e)
+                log.warning(
+                    "cuda: no exec timer, the host's clock times runs for %.0f s: %s", RETRY_AFTER_S, e
+                )
+                self._no_timer_until = time.monotonic() + RETRY_AFTER_S
                 return None
             self._timer = ExecTimer(python, mounts, own_pid_namespace=self.sandbox.isolation == BWRAP)
         return self._timer
@@ -201,6 +207,7 @@ class ExecuteHandler(JudgedHandler):
         if "CUDA_VISIBLE_DEVICES" in os.environ:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         deadline = time.monotonic() + stage_budget(inp)
+        argv = ["./" + BINARY]
         mounts = gpu_mounts(self._dev)
         timer = self.exec_timer()
         sessions: list[TimedSession] = []
@@ -216,11 +223,9 @@ class ExecuteHandler(JudgedHandler):
 
         with open_session() as s:
             prepare(s)
-            v = run_tests(s, ["./" + BINARY], p, limits, deadline - time.monotonic(), env=env, mounts=mounts)
+            v = run_tests(s, argv, p, limits, deadline - time.monotonic(), env=env, mounts=mounts)
         runs = self.timed_runs(p)
-        v = time_cases(
-            open_session, prepare, ["./" + BINARY], p, v, limits, runs, deadline, env=env, mounts=mounts
-        )
+        v = time_cases(open_session, prepare, argv, p, v, limits, runs, deadline, env=env, mounts=mounts)
         clock = {
             "program": sum(t.timed_runs for t in sessions),
             "jail": sum(t.host_runs for t in sessions),
