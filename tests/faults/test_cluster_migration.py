@@ -329,9 +329,31 @@ def tasks_in_first_slots(cluster: RedisCluster) -> dict[int, str]:
     return out
 
 
+def wait_until_nodes_agree(port: int, cap_s: float = 90.0) -> None:
+    """Poll ``redis-cli --cluster check`` until it passes (a cap, not a timing assertion).
+
+    A reshard tells the primaries a slot's new owner; the replicas learn it by gossip, a few
+    pings later on a loaded host. Until then ``redis-cli --cluster reshard`` refuses to start
+    ("Nodes don't agree about configuration"), having moved nothing: an operator checks first,
+    and so does this test."""
+    deadline = time.monotonic() + cap_s
+    while True:
+        r = subprocess.run(
+            ["redis-cli", "--cluster", "check", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if r.returncode == 0:
+            return
+        problems = [ln for ln in r.stdout.splitlines() if "[ERR]" in ln or "[WARNING]" in ln]
+        assert time.monotonic() < deadline, (problems, r.stderr[-2000:])
+        time.sleep(0.2)
+
+
 def reshard(cluster: RedisCluster, src: int, dst: int) -> str:
     """``redis-cli --cluster reshard``: RESHARD_SLOTS slots (the source's first) from ``src`` to
-    ``dst``, one key per MIGRATE (``--cluster-pipeline 1``)."""
+    ``dst``, one key per MIGRATE (``--cluster-pipeline 1``), once the nodes agree on who owns
+    what."""
+    wait_until_nodes_agree(src)
     r = subprocess.run(
         ["redis-cli", "--cluster", "reshard", f"127.0.0.1:{src}", "--cluster-from", node_id(src),
          "--cluster-to", node_id(dst), "--cluster-slots", str(RESHARD_SLOTS), "--cluster-yes",
