@@ -29,10 +29,8 @@ timing on a MIG slice is per slice, timing on a time-sliced GPU is unfit to rank
 from __future__ import annotations
 
 import glob
-import logging
 import os
 import statistics
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,7 +41,6 @@ from distrs.rewards import cuda_toolkit
 from distrs.rewards.base import StageInput, StageOutput, stage_budget
 from distrs.rewards.cuda_toolkit import Toolkit
 from distrs.rewards.gpu_env import timing_flags
-from distrs.rewards.interpreter import Interpreter
 from distrs.rewards.judge import handler
 from distrs.rewards.judge.cases import Verdict, case_details, raw_run, run_tests, score_of
 from distrs.rewards.judge.handler import BINARY, JudgedHandler, binary_artifact
@@ -52,11 +49,9 @@ from distrs.rewards.judge.payload import JudgedPayload
 from distrs.rewards.judge.settings import JudgeSettings
 from distrs.rewards.judge.timing import time_cases
 from distrs.sandbox import Limits, MemoryKind, Mounts, Sandbox, Session
-from distrs.sandbox.exec_timer import RETRY_AFTER_S, ExecTimer, TimedSession
+from distrs.sandbox.exec_timer import ExecTimer, TimedSession
 from distrs.sandbox.jail import JAIL_WORKDIR
 from distrs.sandbox.local import BWRAP
-
-log = logging.getLogger(__name__)
 
 
 def cuda_score(correctness: float, speedup: float | None, cap: float) -> float:
@@ -148,9 +143,7 @@ class ExecuteHandler(JudgedHandler):
     ) -> None:
         super().__init__(sandbox, settings)
         self._dev = dev
-        self._python = Interpreter(self._settings.python)
         self._timer: ExecTimer | None = None
-        self._no_timer_until = 0.0  # the interpreter could not be asked: not again per request
 
     def ready(self) -> tuple[bool, str]:
         gpus = gpu_devices(self._dev)
@@ -172,22 +165,12 @@ class ExecuteHandler(JudgedHandler):
         return super().run(inp)
 
     def exec_timer(self) -> ExecTimer | None:
-        """The in-jail timer (``sandbox/exec_timer.py``), made on first use; None where it is
-        turned off or the interpreter cannot be asked: runs are then timed on the host's clock."""
+        """The in-jail timer (``sandbox/exec_timer.py``) of the handler's interpreter, made on
+        first use; None where it is turned off (runs are then timed on the host's clock)."""
         if not self._settings.exec_timer:
             return None
         if self._timer is None:
-            if time.monotonic() < self._no_timer_until:
-                return None
-            try:
-                python, mounts = self._python.get()
-            except (OSError, subprocess.SubprocessError, ValueError) as e:
-                log.warning(
-                    "cuda: no exec timer, the host's clock times runs for %.0f s: %s", RETRY_AFTER_S, e
-                )
-                self._no_timer_until = time.monotonic() + RETRY_AFTER_S
-                return None
-            self._timer = ExecTimer(python, mounts, own_pid_namespace=self.sandbox.isolation == BWRAP)
+            self._timer = ExecTimer(self.python.get, own_pid_namespace=self.sandbox.isolation == BWRAP)
         return self._timer
 
     def timed_runs(self, p: JudgedPayload) -> int:

@@ -12,7 +12,8 @@ whole report comes back (the timer could not make itself safe, or the program ki
 the report is not a time within the host's own wall time, the host's wall time stands: a
 program can make its charge larger by attacking the timer, never smaller. A timer that wrote
 nothing never started the program (the service's fault, not the program's): the run is made
-again without it, and so are the later ones for a while (``ExecTimer.broken``). ``timed_runs`` and
+again without it, and so are the later ones for a while (``ExecTimer.broken``); so are they where
+the interpreter cannot be found. ``timed_runs`` and
 ``host_runs`` count which clock each run was charged by.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -36,24 +38,27 @@ log = logging.getLogger(__name__)
 
 
 class ExecTimer:
-    """The interpreter that runs the timer in a jail, and the host paths it needs there.
+    """The interpreter that runs the timer in a jail, and the host paths it needs there, from
+    ``locate`` (e.g. ``rewards.interpreter.Interpreter.get``) on first use.
 
-    ``broken`` says why the timer is not used for now: once it failed to start a program (it
-    wrote nothing: the interpreter missing in the jail, or unable to start under the run's
-    limits), runs go on without it, on the host's clock, for ``RETRY_AFTER_S``; then it is tried
-    again. So a request whose limits starve the timer degrades the worker's timing for a while,
-    not for good, and a worker whose jail lacks the interpreter pays one extra run per period."""
+    ``broken`` says why the timer is not used for now: once ``locate`` failed, or the timer failed
+    to start a program (it wrote nothing: the interpreter missing in the jail, or unable to start
+    under the run's limits), runs go on without it, on the host's clock, for ``RETRY_AFTER_S``;
+    then it is tried again. So a request whose limits starve the timer degrades the worker's
+    timing for a while, not for good, and a worker whose jail lacks the interpreter pays one extra
+    run per period."""
 
     def __init__(
         self,
-        python: str,
-        mounts: Mounts,
+        locate: Callable[[], tuple[str, Mounts]],
         *,
         own_pid_namespace: bool,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.python = python
-        self.mounts = mounts
+        self._locate = locate
+        self._located = False
+        self.python = ""
+        self.mounts = Mounts()
         self.own_pid_namespace = own_pid_namespace  # the bwrap jail: the timer may kill(-1)
         self.broken: str | None = None
         self._broken_at = 0.0
@@ -61,13 +66,20 @@ class ExecTimer:
         self._source = CHILD_SOURCE.read_text()
 
     def usable(self) -> bool:
-        """False while the timer is taken out after a failure (``broken``)."""
+        """False while the timer is taken out after a failure (``broken``); asks ``locate`` for
+        the interpreter until it has it."""
         if self.broken is not None and self._clock() - self._broken_at >= RETRY_AFTER_S:
             self.broken = None
+        if self.broken is None and not self._located:
+            try:
+                self.python, self.mounts = self._locate()
+                self._located = True
+            except (OSError, subprocess.SubprocessError, ValueError) as e:
+                self.fail(f"its interpreter could not be asked: {e}")
         return self.broken is None
 
     def fail(self, why: str) -> None:
-        self.broken = f"the timer did not start the program ({why})"
+        self.broken = why
         self._broken_at = self._clock()
         log.warning("exec timer: %s; the host's clock times runs for %.0f s", self.broken, RETRY_AFTER_S)
 
@@ -155,5 +167,5 @@ class TimedSession(SessionWrapper):
             return replace(r, wall_s=t)
         if r is not None:
             why = f"{r.describe()}: {r.stderr[-400:].decode(errors='replace')}"
-        timer.fail(why)
+        timer.fail(f"the timer did not start the program ({why})")
         return self.run(argv, limits=limits, stdin=stdin, env=env, mounts=mounts, fds=fds)

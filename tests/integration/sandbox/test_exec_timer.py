@@ -63,7 +63,7 @@ def build(tmp: Path, name: str, src: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def timer() -> ExecTimer:
-    return ExecTimer(*interpreter(), own_pid_namespace=True)
+    return ExecTimer(interpreter, own_pid_namespace=True)
 
 
 class Counting(SessionWrapper):
@@ -124,7 +124,9 @@ def test_a_timer_that_cannot_start_is_the_services_fault_and_is_taken_out_for_a_
     bwrap_sandbox: LocalSandbox, tmp_path: Path
 ) -> None:
     now = [0.0]
-    broken = ExecTimer("/nonexistent/python3", Mounts(), own_pid_namespace=True, clock=lambda: now[0])
+    broken = ExecTimer(
+        lambda: ("/nonexistent/python3", Mounts()), own_pid_namespace=True, clock=lambda: now[0]
+    )
     binary = build(tmp_path, "exit3", EXIT3)
     ts, r = run(bwrap_sandbox, broken, binary)  # tried, failed, run again without it
     assert r.exit_code == 3 and ts.host_runs == 1 and jail_runs(ts) == 2 and broken.broken is not None
@@ -145,7 +147,7 @@ def test_without_namespaces_the_timer_times_and_kills_nothing_of_the_workers(tmp
     base.chmod(0o711)
     try:
         sb = LocalSandbox(sandbox_settings(base), RLIMITS)
-        timer = ExecTimer("/usr/bin/python3", Mounts(), own_pid_namespace=False)
+        timer = ExecTimer(lambda: ("/usr/bin/python3", Mounts()), own_pid_namespace=False)
         ts, r = run(sb, timer, build(tmp_path, "exit3", EXIT3))
     finally:
         shutil.rmtree(base, ignore_errors=True)
